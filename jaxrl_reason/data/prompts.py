@@ -1,0 +1,221 @@
+"""Every prompt template of jaxrl_reason, as plain functions returning the *user message* text.
+
+Rendering through a chat template is the tokenizer's job (`Tokenizer.render_prompt(user_text)`); nothing here
+knows about tokens. The exact phrases that METHODS.md fixes are module constants so that tests, verifiers and
+evaluation scripts refer to one spelling:
+
+  SOLVE_INSTRUCTION   (METHODS §3.1)  "Please reason step by step, and put your final answer within \\boxed{}."
+  VERIFY_QUESTION     (METHODS §2)    "Is this solution correct? Answer Yes or No."
+  CRITIQUE_FIELDS     (METHODS §3.2)  ERROR_FOUND, ERROR_QUOTE, WHY_IT_MATTERS, HIGH_LEVEL_HINT
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+SOLVE_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+VERIFY_QUESTION = "Is this solution correct? Answer Yes or No."
+VERIFY_YES = "Yes"
+VERIFY_NO = "No"
+CRITIQUE_FIELDS = ("ERROR_FOUND", "ERROR_QUOTE", "WHY_IT_MATTERS", "HIGH_LEVEL_HINT")
+CODE_INSTRUCTION = ("Write a complete Python program that solves the problem. Give your final program in exactly "
+                    "one fenced code block that starts with ```python and ends with ```.")
+
+
+def _text(value: object, field: str, template: str, *, model_output: bool = False) -> str:
+    """Checks a template field. Fields that come from the model (solutions, attempts, hints) may be empty — an
+    empty generation is a legitimate (wrong) sample and must not crash a training step; dataset fields may not."""
+    if not isinstance(value, str):
+        raise TypeError(f"{template}: `{field}` must be a str, got {type(value).__name__}; "
+                        "decode token ids to text before building prompts.")
+    text = value.strip()
+    if not text and not model_output:
+        raise ValueError(f"{template}: `{field}` is empty; an example with no {field} cannot be prompted.")
+    return text
+
+
+def _fenced(code: str, lang: str = "python") -> str:
+    """A fenced block whose fence is longer than any backtick run inside `code`, so the code cannot close it."""
+    longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{code}\n{fence}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Solve / verify (GRPO, RL^V)
+# ----------------------------------------------------------------------------------------------------------------
+def solve_prompt(question: str) -> str:
+    """The question, then the boxed-answer instruction (METHODS §3.1)."""
+    return f"{_text(question, 'question', 'solve_prompt')}\n\n{SOLVE_INSTRUCTION}"
+
+
+def verify_prompt(question: str, solution: str) -> str:
+    """RL^V verification (METHODS §2): problem, solution, then exactly VERIFY_QUESTION. The target is the single
+    token VERIFY_YES or VERIFY_NO as the start of the assistant's reply."""
+    q = _text(question, "question", "verify_prompt")
+    s = _text(solution, "solution", "verify_prompt", model_output=True)
+    return f"Problem:\n{q}\n\nSolution:\n{s}\n\n{VERIFY_QUESTION}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# CURE: critique and guided re-exploration (METHODS §3)
+# ----------------------------------------------------------------------------------------------------------------
+def critique_prompt(question: str, solution: str) -> str:
+    """Asks for the earliest answer-changing error in `solution`, in the four CRITIQUE_FIELDS, one per line."""
+    q = _text(question, "question", "critique_prompt")
+    s = _text(solution, "solution", "critique_prompt", model_output=True)
+    return (
+        "Review the solution to the problem below. Find the earliest error that affects the final answer.\n\n"
+        f"Problem:\n{q}\n\n"
+        f"Solution:\n{s}\n\n"
+        "Reply with exactly these four fields, in this order, each starting on its own line:\n"
+        "ERROR_FOUND: true or false\n"
+        "ERROR_QUOTE: the shortest snippet of the solution that contains the error (none if there is no error)\n"
+        "WHY_IT_MATTERS: why this error changes the final answer (none if there is no error)\n"
+        "HIGH_LEVEL_HINT: a strategy for solving the problem correctly; not the next step and not the answer"
+    )
+
+
+def critique_verdict_prefix(error_found: bool) -> str:
+    """The teacher-forced first line of a critique (METHODS §3.2): the outcome verifier's verdict, written as the
+    start of the assistant's reply; the model generates the remaining fields after it."""
+    if not isinstance(error_found, bool):
+        raise TypeError(f"critique_verdict_prefix: `error_found` must be a bool, got {type(error_found).__name__}.")
+    return f"ERROR_FOUND: {'true' if error_found else 'false'}\n"
+
+
+def guided_prompt(question: str, hint: str) -> str:
+    """Guided re-exploration (METHODS §3.3): the problem and the critique's hint only — the earlier attempt is
+    deliberately not shown, so the new solution is a fresh attempt rather than an edit."""
+    q = _text(question, "question", "guided_prompt")
+    h = _text(hint, "hint", "guided_prompt", model_output=True)
+    return (
+        f"{q}\n\n"
+        f"Guidance for solving this problem:\n{h}\n\n"
+        "Write a new, complete solution that uses this guidance. Do not mention the guidance or that you were "
+        f"given it. {SOLVE_INSTRUCTION}"
+    )
+
+
+class Critique(NamedTuple):
+    """A parsed critique. Fields are None when absent; `format_errors` lists what was wrong with the format
+    (empty when the critique is well-formed). `hint_words` counts the words of the hint (0 when absent)."""
+
+    error_found: bool | None
+    quote: str | None
+    why: str | None
+    hint: str | None
+    format_errors: tuple[str, ...]
+    hint_words: int
+
+
+# A field label at the start of a line, tolerating markdown the model may add: bullets, bold, headers.
+_FIELD_RE = re.compile(
+    r"^[ \t>*#\-]*\**[ \t]*(ERROR_FOUND|ERROR_QUOTE|WHY_IT_MATTERS|HIGH_LEVEL_HINT)[ \t]*\**[ \t]*:[ \t]*\**",
+    re.IGNORECASE | re.MULTILINE)
+_NONE_VALUES = {"", "none", "n/a", "na", "null", "-", "nothing", "no error"}
+_TRUE_VALUES = {"true", "yes", "1"}
+_FALSE_VALUES = {"false", "no", "0"}
+
+
+def _clean(value: str) -> str:
+    value = value.strip().strip("*").strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'`":
+        value = value[1:-1].strip()
+    return value
+
+
+def parse_critique(text: str, *, min_hint_words: int = 10) -> Critique:
+    """Parses a critique written in the CRITIQUE_FIELDS format. Never raises on model output.
+
+    A field's value runs from its label to the next label (so values may span lines). If a label repeats, the
+    first occurrence counts — the first ERROR_FOUND is the teacher-forced one. Format errors reported:
+    `missing <FIELD>`, `bad ERROR_FOUND value`, `empty ERROR_QUOTE` (only when an error is claimed),
+    `empty HIGH_LEVEL_HINT` and `short HIGH_LEVEL_HINT` (fewer than `min_hint_words` words; only when an error
+    is claimed, since a hint only serves to repair a wrong solution).
+    """
+    if not isinstance(text, str):
+        text = ""
+    matches = list(_FIELD_RE.finditer(text))
+    values: dict[str, str] = {}
+    for k, m in enumerate(matches):
+        name = m.group(1).upper()
+        end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
+        if name not in values:
+            values[name] = _clean(text[m.end():end])
+    errors = [f"missing {f}" for f in CRITIQUE_FIELDS if f not in values]
+
+    error_found = None
+    if "ERROR_FOUND" in values:
+        verdict = values["ERROR_FOUND"].split()[0].strip(".,;:*").lower() if values["ERROR_FOUND"] else ""
+        if verdict in _TRUE_VALUES:
+            error_found = True
+        elif verdict in _FALSE_VALUES:
+            error_found = False
+        else:
+            errors.append("bad ERROR_FOUND value")
+
+    def optional(name: str) -> str | None:
+        if name not in values:
+            return None
+        return "" if values[name].lower().rstrip(".") in _NONE_VALUES else values[name]
+
+    quote, why, hint = optional("ERROR_QUOTE"), optional("WHY_IT_MATTERS"), optional("HIGH_LEVEL_HINT")
+    hint_words = len(hint.split()) if hint else 0
+    if error_found:
+        if quote == "":
+            errors.append("empty ERROR_QUOTE")
+        if hint == "":
+            errors.append("empty HIGH_LEVEL_HINT")
+        elif hint is not None and hint_words < min_hint_words:
+            errors.append("short HIGH_LEVEL_HINT")
+    return Critique(error_found, quote, why, hint, tuple(errors), hint_words)
+
+
+def critique_format_penalty(critique: Critique, *, missing: float = -0.5, short_hint: float = -0.25) -> float:
+    """CURE's format penalty (METHODS §3): `missing` for any missing field, bad verdict or empty quote, plus
+    `short_hint` for an empty or too-short hint. Added to the critique's reward by the CURE method."""
+    errs = critique.format_errors
+    penalty = 0.0
+    if any(e.startswith("missing") or e in ("bad ERROR_FOUND value", "empty ERROR_QUOTE") for e in errs):
+        penalty += missing
+    if any(e in ("short HIGH_LEVEL_HINT", "empty HIGH_LEVEL_HINT") for e in errs):
+        penalty += short_hint
+    return penalty
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# CIPO: correction (METHODS §4)
+# ----------------------------------------------------------------------------------------------------------------
+def correction_prompt(question: str, attempt: str) -> str:
+    """The query, an earlier attempt (correct or not — the prompt does not say), and an instruction to review it
+    and write a corrected complete solution."""
+    q = _text(question, "question", "correction_prompt")
+    a = _text(attempt, "attempt", "correction_prompt", model_output=True)
+    return (
+        f"{q}\n\n"
+        f"Here is an earlier attempt at this problem:\n{a}\n\n"
+        "Review the attempt carefully; it may be correct or it may contain errors. Then write a corrected, "
+        f"complete solution. {SOLVE_INSTRUCTION}"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Code
+# ----------------------------------------------------------------------------------------------------------------
+def code_solve_prompt(problem: str) -> str:
+    """A programming problem, then CODE_INSTRUCTION (exactly one fenced python block)."""
+    return f"{_text(problem, 'problem', 'code_solve_prompt')}\n\n{CODE_INSTRUCTION}"
+
+
+def code_correction_prompt(problem: str, buggy_program: str) -> str:
+    """DebugBench-style repair: the problem, a program with a bug (fenced so it cannot break out of its block),
+    and the request for the full corrected program in exactly one fenced python block."""
+    p = _text(problem, "problem", "code_correction_prompt")
+    code = _text(buggy_program, "buggy_program", "code_correction_prompt", model_output=True)
+    return (
+        f"{p}\n\n"
+        f"The following program is meant to solve the problem but contains a bug:\n{_fenced(code)}\n\n"
+        "Find and fix the bug. Give the full corrected program in exactly one fenced code block that starts "
+        "with ```python and ends with ```."
+    )

@@ -1,0 +1,146 @@
+"""Prompt templates: required fields and exact phrases (METHODS §2-§4, §6), and critique parsing."""
+from __future__ import annotations
+
+import pytest
+
+from jaxrl_reason.data.prompts import (CODE_INSTRUCTION, CRITIQUE_FIELDS, SOLVE_INSTRUCTION, VERIFY_QUESTION,
+                                       Critique, code_correction_prompt, code_solve_prompt, correction_prompt,
+                                       critique_format_penalty, critique_prompt, critique_verdict_prefix,
+                                       guided_prompt, parse_critique, solve_prompt, verify_prompt)
+
+Q = "What is 17 + 25?"
+SOL = "17 + 25 = 32, so the answer is \\boxed{32}."
+
+
+def test_exact_phrases():
+    assert SOLVE_INSTRUCTION == "Please reason step by step, and put your final answer within \\boxed{}."
+    assert VERIFY_QUESTION == "Is this solution correct? Answer Yes or No."
+    assert CRITIQUE_FIELDS == ("ERROR_FOUND", "ERROR_QUOTE", "WHY_IT_MATTERS", "HIGH_LEVEL_HINT")
+
+
+def test_solve_prompt():
+    assert solve_prompt(Q) == Q + "\n\n" + SOLVE_INSTRUCTION
+    assert solve_prompt("  " + Q + "\n") == solve_prompt(Q)
+
+
+def test_verify_prompt_ends_with_the_question():
+    p = verify_prompt(Q, SOL)
+    assert p.endswith("\n\nIs this solution correct? Answer Yes or No.")
+    assert p.index(Q) < p.index(SOL) < p.index(VERIFY_QUESTION)
+    # an empty generation is a legitimate (wrong) sample, not an error
+    assert verify_prompt(Q, "").endswith(VERIFY_QUESTION)
+
+
+def test_critique_prompt_and_prefix():
+    p = critique_prompt(Q, SOL)
+    assert p.index(Q) < p.index(SOL)
+    positions = [p.index(f + ":", p.index(SOL)) for f in CRITIQUE_FIELDS]
+    assert positions == sorted(positions)  # the fields are listed in order, after the solution
+    assert "earliest error" in p
+    assert critique_verdict_prefix(True) == "ERROR_FOUND: true\n"
+    assert critique_verdict_prefix(False) == "ERROR_FOUND: false\n"
+    with pytest.raises(TypeError, match="error_found"):
+        critique_verdict_prefix(1)  # type: ignore[arg-type]
+
+
+def test_guided_prompt_shows_hint_not_attempt():
+    hint = "Add the tens and the ones separately and then combine the two partial sums."
+    p = guided_prompt(Q, hint)
+    assert Q in p and hint in p and p.endswith(SOLVE_INSTRUCTION)
+    assert "32" not in p  # the wrong attempt's answer cannot leak: the function has no attempt argument
+
+
+def test_correction_prompt():
+    p = correction_prompt(Q, SOL)
+    assert p.index(Q) < p.index(SOL)
+    assert "corrected, complete solution" in p and p.endswith(SOLVE_INSTRUCTION)
+
+
+def test_code_prompts():
+    problem = "Read n and print n squared."
+    p = code_solve_prompt(problem)
+    assert p.startswith(problem) and p.endswith(CODE_INSTRUCTION)
+    assert "exactly one fenced code block" in p and "```python" in p
+    buggy = "n = int(input())\nprint(n * 2)"
+    p = code_correction_prompt(problem, buggy)
+    assert "```python\n" + buggy + "\n```" in p
+    assert p.rstrip().endswith("starts with ```python and ends with ```.")
+
+
+def test_code_correction_fence_cannot_be_closed_by_the_program():
+    buggy = 'print("```")\nx = 1'
+    p = code_correction_prompt("Print three backticks.", buggy)
+    assert "````python\n" + buggy + "\n````" in p
+
+
+def test_templates_reject_bad_dataset_fields():
+    with pytest.raises(TypeError, match="`question` must be a str"):
+        solve_prompt(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`question` is empty"):
+        verify_prompt("   ", SOL)
+    with pytest.raises(ValueError, match="`problem` is empty"):
+        code_solve_prompt("")
+    with pytest.raises(TypeError, match="`solution` must be a str"):
+        critique_prompt(Q, ["tokens"])  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parse_critique
+# ---------------------------------------------------------------------------------------------------------------
+GOOD = ("ERROR_FOUND: true\n"
+        "ERROR_QUOTE: 17 + 25 = 32\n"
+        "WHY_IT_MATTERS: The ones digits sum to 12, so a carry is needed;\nthe final answer is off by ten.\n"
+        "HIGH_LEVEL_HINT: Add the ones column first and remember to carry the extra ten into the tens column.")
+
+
+def test_parse_well_formed():
+    c = parse_critique(GOOD)
+    assert c == Critique(
+        error_found=True, quote="17 + 25 = 32",
+        why="The ones digits sum to 12, so a carry is needed;\nthe final answer is off by ten.",
+        hint="Add the ones column first and remember to carry the extra ten into the tens column.",
+        format_errors=(), hint_words=16)
+    assert critique_format_penalty(c) == 0.0
+
+
+def test_parse_no_error_critique():
+    c = parse_critique("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: N/A\nHIGH_LEVEL_HINT: none")
+    assert c.error_found is False and c.quote == "" and c.why == "" and c.hint == ""
+    assert c.format_errors == ()  # an empty quote/hint is right when there is no error
+
+
+def test_parse_markdown_and_case():
+    text = ("- **Error_Found:** TRUE.\n* **ERROR_QUOTE**: `17 + 25 = 32`\n"
+            "### WHY_IT_MATTERS: carry dropped\nHIGH_LEVEL_HINT: \"work column by column from the right "
+            "and track every carry explicitly\"")
+    c = parse_critique(text)
+    assert c.error_found is True
+    assert c.quote == "17 + 25 = 32" and c.why == "carry dropped"
+    assert c.hint == "work column by column from the right and track every carry explicitly"
+    assert c.format_errors == ()
+
+
+def test_parse_first_verdict_wins():
+    # the teacher-forced prefix comes first; a later contradicting line written by the model does not override it
+    c = parse_critique(critique_verdict_prefix(True) + "ERROR_FOUND: false\n" + GOOD.split("\n", 1)[1])
+    assert c.error_found is True
+
+
+def test_parse_partial():
+    c = parse_critique("ERROR_FOUND: true\nERROR_QUOTE:\nHIGH_LEVEL_HINT: carry the ten")
+    assert c.error_found is True and c.quote == "" and c.why is None and c.hint == "carry the ten"
+    assert c.hint_words == 3
+    assert set(c.format_errors) == {"missing WHY_IT_MATTERS", "empty ERROR_QUOTE", "short HIGH_LEVEL_HINT"}
+    assert critique_format_penalty(c) == pytest.approx(-0.75)
+    c = parse_critique("ERROR_FOUND: perhaps\n" + GOOD.split("\n", 1)[1])
+    assert c.error_found is None and c.format_errors == ("bad ERROR_FOUND value",)
+    assert critique_format_penalty(c) == pytest.approx(-0.5)
+
+
+@pytest.mark.parametrize("junk", ["", "I am not sure.", "ERROR_FOUND", ":::", "\x00\x01", None, 42,
+                                  "error found: yes, the quote is 17+25"])
+def test_parse_garbage(junk):
+    c = parse_critique(junk)  # type: ignore[arg-type]
+    assert c.error_found is None and c.quote is None and c.hint is None and c.why is None
+    assert set(c.format_errors) == {f"missing {f}" for f in CRITIQUE_FIELDS}
+    assert critique_format_penalty(c) == pytest.approx(-0.5)
