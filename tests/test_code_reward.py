@@ -128,6 +128,12 @@ def test_verdicts_per_test(sandbox):
     assert missing["status"] == "no_answer" and missing["no_answer"] and missing["wall_s"] == 0.0
 
 
+def test_messages_survive_the_report_channel(sandbox):
+    nasty = 'quote " backslash \\ nul \x00 tab \t newline \n é 🙂 lone \ud800'
+    result = code_reward(["M = " + repr(nasty)], ["assert False, M"], sandbox=sandbox)
+    assert result.details[0]["tests"][0]["message"] == "AssertionError: " + nasty
+
+
 def test_stdio_tests_and_compare_modes(sandbox):
     double = "import sys\nn = int(sys.stdin.read())\nprint(n * 2)\nprint()\n"  # trailing blank line
     cases = (IOCase("21\n", "42\n"), IOCase("-3", "-6"))
@@ -411,3 +417,10 @@ def test_humaneval_canonical_pass_and_bugs_fail_all():
     assert len(problems) == 164
     with Sandbox(SandboxConfig(workers=2)) as box:
         _humaneval_check(problems, box)
+
+
+def test_extraction_reads_back_what_the_prompt_module_fences():
+    prompts = pytest.importorskip("jaxrl_reason.data.prompts")
+    program = 'S = """\n```\n"""\nprint(S)'  # contains a fence line: the prompt must use a longer fence
+    prompt = prompts.code_correction_prompt("Print three backticks.", program)
+    assert extract_code(prompt) == program + "\n"

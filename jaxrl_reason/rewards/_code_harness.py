@@ -5,7 +5,7 @@ interpreter with `python -I -c`. It therefore uses only the standard library and
 oldest Python a sandbox might provide (3.8): the interpreter inside the sandbox need not be the trainer's.
 
 Protocol (all fds are set up by the parent):
-  fd 0        one JSON job, then EOF. Replaced by /dev/null before any untrusted code runs.
+  fd 0        one job (a marshal-encoded dict; the parent is trusted), then EOF. Replaced by /dev/null before any untrusted code runs.
   fd 1, 2     untrusted output; the parent keeps a capped prefix and kills the sandbox past its cap.
   report_fd   JSON lines written only by this harness: `program`, `test_start`, `test_end` events and, last,
               `done` carrying the secret token. The parent passes a program only on a `done` line with the
@@ -16,16 +16,19 @@ its surroundings. A program in the same interpreter that deliberately walks the 
 find it; in stdio mode the program runs in a child process and the harness makes itself non-dumpable, which
 closes that door too.
 """
-import json
+import marshal
 import os
 import resource
-import signal
 import sys
 import time
 
-# Kept before untrusted code runs: a program may rebind module attributes (os.write = None, json.dumps = ...).
+try:  # the C module: `signal` itself imports `enum`, a large share of the harness start-up
+    import _signal as signal
+except ImportError:  # pragma: no cover - other interpreters
+    import signal
+
+# Kept before untrusted code runs: a program may rebind module attributes (os.write = None, ...).
 _write = os.write
-_dumps = json.dumps
 _monotonic = time.monotonic
 _exit = os._exit
 _MESSAGE_CHARS = 500
@@ -64,12 +67,34 @@ def _describe(exc):
     return name + (": " + message if message else "")
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _json(value):
+    """A minimal JSON encoder: importing `json` pulls in `re` and `enum`, ~40% of the harness start-up."""
+    if value is None or value is True or value is False:
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        out = []
+        for char in value:
+            if char in _ESCAPES:
+                out.append(_ESCAPES[char])
+            elif char < " " or "\ud800" <= char <= "\udfff":
+                out.append("\\u%04x" % ord(char))
+            else:
+                out.append(char)
+        return '"' + "".join(out) + '"'
+    return "{" + ", ".join(_json(str(k)) + ": " + _json(v) for k, v in value.items()) + "}"
+
+
 class _Reporter:
     def __init__(self, fd):
         self.fd = fd
 
     def send(self, **event):
-        line = (_dumps(event) + "\n").encode("utf-8", "replace")
+        line = (_json(event) + "\n").encode("utf-8", "replace")
         view = memoryview(line)
         while view:
             written = _write(self.fd, view)
@@ -283,7 +308,7 @@ def _run_stdio_job(job, token, reporter):
 
 
 def main():
-    job = json.loads(_read_all(0).decode("utf-8"))
+    job = marshal.loads(_read_all(0))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)

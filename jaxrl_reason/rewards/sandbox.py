@@ -26,6 +26,7 @@ import atexit
 import concurrent.futures
 import json
 import logging
+import marshal
 import os
 import secrets
 import selectors
@@ -301,7 +302,7 @@ def run_job(backend: _Backend, job: Job, config: SandboxConfig) -> dict[str, Any
                "limits": {"cpu_time_s": config.cpu_time_s, "memory_bytes": config.memory_bytes,
                           "max_file_bytes": config.max_file_bytes, "max_processes": config.max_processes,
                           "max_open_files": config.max_open_files}}
-    stdin_bytes = json.dumps(payload).encode("utf-8")
+    stdin_bytes = marshal.dumps(payload)
     argv = list(backend.prefix) + [backend.python, "-I", "-B", "-c", _HARNESS_SOURCE, job_id]
     workdir = None
     start = time.monotonic()
