@@ -1,0 +1,355 @@
+"""One decoder for Qwen2, Qwen2.5 and Qwen3 (and Llama-style checkpoints), in Flax NNX.
+
+    tokens ─ embed ─┬─ [ RMSNorm ─ GQA attention (RoPE, optional q/k-norm) ─ + ─ RMSNorm ─ SwiGLU MLP ─ + ] x L
+                    └──────────────────────────────────────────────────────────────────────────────────────
+                 ─ RMSNorm ─ lm_head (or the tied embedding) ─ logits
+
+The L decoder layers are stored *stacked* (every parameter has a leading [layers] axis) and run under
+`lax.scan`, so compile time does not grow with depth; `scan_layers=False` unrolls the same parameters.
+
+Attention works in two modes with one code path:
+- training / scoring: `model(tokens, positions, segment_ids)` — causal attention inside each segment
+  (segment 0 is padding), so packed rows and left- or right-padding all work;
+- sampling: `model(tokens, positions, segment_ids, cache=cache)` writes the new keys/values into the
+  cache at `cache.index` and attends to every valid cache slot at or before the query's own slot.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def as_dtype(name_or_dtype) -> Any:
+    if isinstance(name_or_dtype, str):
+        if name_or_dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name_or_dtype!r}")
+        return DTYPES[name_or_dtype]
+    return jnp.dtype(name_or_dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a Qwen2 / Qwen2.5 / Qwen3 / Llama decoder (field names follow HF `config.json`)."""
+
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 1024
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: Optional[int] = None  # None: hidden_size // num_attention_heads
+    rope_theta: float = 1e6
+    # None or a dict like HF's `rope_scaling` ({"rope_type": "llama3", "factor": 8, ...}); "default" = none.
+    rope_scaling: Optional[tuple] = None
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 32768
+    tie_word_embeddings: bool = False
+    attention_bias: bool = True  # q/k/v biases: Qwen2/2.5 yes, Qwen3/Llama no
+    o_proj_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k before RoPE
+    model_type: str = "qwen2"
+    param_dtype: str = "float32"  # storage dtype of the weights
+    dtype: str = "float32"  # compute dtype of activations and matmuls
+    scan_layers: bool = True  # lax.scan over the stacked layers (flat compile time in depth)
+
+    def __post_init__(self):
+        for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads"):
+            if int(getattr(self, f)) <= 0:
+                raise ValueError(f"ModelConfig.{f} must be positive, got {getattr(self, f)}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"ModelConfig.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention")
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError("ModelConfig.head_dim must be set when hidden_size is not divisible by num_attention_heads")
+        if self.head_dim is not None and self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
+        as_dtype(self.param_dtype), as_dtype(self.dtype)
+        if self.rope_scaling is not None:
+            rs = dict(self.rope_scaling)
+            kind = rs.get("rope_type", rs.get("type", "default"))
+            if kind not in ("default", "llama3", "linear"):
+                raise ValueError(
+                    f"ModelConfig.rope_scaling type {kind!r} is not supported (supported: default, linear, llama3)")
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+    def replace(self, **kw) -> "ModelConfig":
+        return dataclasses.replace(self, **kw)
+
+    def num_params(self) -> int:
+        h, d, i = self.hidden_size, self.dim_per_head, self.intermediate_size
+        nq, nkv = self.num_attention_heads, self.num_key_value_heads
+        attn = h * d * (nq + 2 * nkv) + nq * d * h + (d * (nq + 2 * nkv) if self.attention_bias else 0)
+        layer = attn + 3 * h * i + 2 * h + (2 * d if self.qk_norm else 0)
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + self.num_hidden_layers * layer + h + head
+
+
+class KVCache(NamedTuple):
+    """Keys/values of every layer for `slots` positions; slot order is time order.
+
+    k, v:  [layers, batch, slots, kv_heads, head_dim]
+    valid: [batch, slots] bool — the slot holds a real (non-padding) token
+    index: [] int32 — the next slot to write (all rows write the same slot; rows differ by position ids)
+    """
+
+    k: jax.Array
+    v: jax.Array
+    valid: jax.Array
+    index: jax.Array
+
+    @staticmethod
+    def zeros(cfg: ModelConfig, batch: int, slots: int, dtype=None) -> "KVCache":
+        dtype = as_dtype(dtype or cfg.dtype)
+        shape = (cfg.num_hidden_layers, batch, slots, cfg.num_key_value_heads, cfg.dim_per_head)
+        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch, slots), bool),
+                       jnp.zeros((), jnp.int32))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Building blocks
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, *, param_dtype, dtype):
+        self.weight = nnx.Param(jnp.ones((dim,), param_dtype))
+        self.eps = eps
+        self.dtype = dtype
+
+    def __call__(self, x):
+        # Normalise in float32 like the reference implementation, then cast back before the scale.
+        xf = x.astype(jnp.float32)
+        xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...].astype(self.dtype) * xf.astype(self.dtype)
+
+
+class Linear(nnx.Module):
+    """y = x @ kernel (+ bias); kernel is [in, out] (HF stores the transpose)."""
+
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs, param_dtype, dtype, std=0.02):
+        self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out), param_dtype))
+        self.bias = nnx.Param(jnp.zeros((d_out,), param_dtype)) if bias else None
+        self.dtype = dtype
+
+    def __call__(self, x):
+        y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+def rope_inv_freq(cfg: ModelConfig) -> jax.Array:
+    d = cfg.dim_per_head
+    inv_freq = 1.0 / (cfg.rope_theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    if cfg.rope_scaling is None:
+        return inv_freq
+    rs = dict(cfg.rope_scaling)
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "linear":
+        return inv_freq / float(rs["factor"])
+    if kind == "llama3":
+        # Llama 3.1: long wavelengths are divided by `factor`, short ones kept, the band between interpolated.
+        factor, lo, hi = float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
+        orig = float(rs["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (orig / wavelen - lo) / (hi - lo)
+        interp = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        out = jnp.where(wavelen > orig / lo, inv_freq / factor, inv_freq)
+        mid = (wavelen <= orig / lo) & (wavelen >= orig / hi)
+        return jnp.where(mid, interp, out)
+    return inv_freq
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+    """x: [batch, time, heads, head_dim]; positions: [batch, time]. Rotate-half convention (HF)."""
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
+    cos = jnp.cos(angles)[:, :, None, :]
+    sin = jnp.sin(angles)[:, :, None, :]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd, dt = as_dtype(cfg.param_dtype), as_dtype(cfg.dtype)
+        h, d = cfg.hidden_size, cfg.dim_per_head
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
+        kw = dict(rngs=rngs, param_dtype=pd, dtype=dt)
+        self.q_proj = Linear(h, self.num_heads * d, bias=cfg.attention_bias, **kw)
+        self.k_proj = Linear(h, self.num_kv_heads * d, bias=cfg.attention_bias, **kw)
+        self.v_proj = Linear(h, self.num_kv_heads * d, bias=cfg.attention_bias, **kw)
+        self.o_proj = Linear(self.num_heads * d, h, bias=cfg.o_proj_bias, **kw)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps, param_dtype=pd, dtype=dt)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps, param_dtype=pd, dtype=dt)
+        else:
+            self.q_norm = self.k_norm = None
+        self.dtype = dt
+
+    def __call__(self, x, positions, inv_freq, mask, kv: Optional[tuple] = None, index=None):
+        """x [B,T,H]; mask [B,T,S] bool. With `kv=(k_cache, v_cache)` ([B,S,KVH,D]) the new keys/values are
+        written at slots index..index+T-1 and attention runs over all S slots; returns (out, (k, v))."""
+        b, t, _ = x.shape
+        q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+        if kv is not None:
+            k_cache, v_cache = kv
+            k = jax.lax.dynamic_update_slice_in_dim(k_cache, k.astype(k_cache.dtype), index, axis=1)
+            v = jax.lax.dynamic_update_slice_in_dim(v_cache, v.astype(v_cache.dtype), index, axis=1)
+        groups = self.num_heads // self.num_kv_heads
+        q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
+        scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(self.dtype), preferred_element_type=jnp.float32)
+        scores = scores / math.sqrt(self.head_dim)
+        scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(self.dtype))
+        out = self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim))
+        return out, ((k, v) if kv is not None else None)
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        kw = dict(bias=cfg.mlp_bias, rngs=rngs, param_dtype=as_dtype(cfg.param_dtype), dtype=as_dtype(cfg.dtype))
+        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, **kw)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, **kw)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, **kw)
+
+    def __call__(self, x):
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd, dt = as_dtype(cfg.param_dtype), as_dtype(cfg.dtype)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, dtype=dt)
+        self.self_attn = Attention(cfg, rngs)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, dtype=dt)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x, positions, inv_freq, mask, kv=None, index=None):
+        h, kv = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask, kv, index)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, kv
+
+
+class Embed(nnx.Module):
+    def __init__(self, vocab: int, dim: int, *, rngs: nnx.Rngs, param_dtype, dtype):
+        self.weight = nnx.Param(0.02 * jax.random.normal(rngs.params(), (vocab, dim), param_dtype))
+        self.dtype = dtype
+
+    def __call__(self, tokens):
+        return jnp.take(self.weight[...], tokens, axis=0).astype(self.dtype)
+
+    def attend(self, x):
+        return jnp.dot(x, self.weight[...].astype(self.dtype).T)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The model
+
+
+class Qwen2(nnx.Module):
+    """Decoder-only LM. `__call__` returns float32 logits [batch, time, vocab] (and the updated cache)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = cfg
+        pd, dt = as_dtype(cfg.param_dtype), as_dtype(cfg.dtype)
+        self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, param_dtype=pd, dtype=dt)
+
+        # Stacked layers: one DecoderLayer whose every parameter carries a leading [layers] axis.
+        @nnx.split_rngs(splits=cfg.num_hidden_layers)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make_layers(r):
+            return DecoderLayer(cfg, r)
+
+        self.layers = make_layers(rngs)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, dtype=dt)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(
+            cfg.hidden_size, cfg.vocab_size, bias=False, rngs=rngs, param_dtype=pd, dtype=dt)
+
+    def hidden_states(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None):
+        """Final-norm hidden states [B,T,H] (and the updated cache). See the module docstring for the modes."""
+        cfg = self.config
+        chex.assert_rank([tokens, positions], 2)
+        b, t = tokens.shape
+        if segment_ids is None:
+            segment_ids = jnp.ones((b, t), jnp.int32)
+        live = segment_ids != 0
+        if cache is None:
+            causal = jnp.tril(jnp.ones((t, t), bool))
+            same = segment_ids[:, :, None] == segment_ids[:, None, :]
+            mask = causal[None] & same & live[:, None, :]
+        else:
+            slots = cache.valid.shape[1]
+            valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, live, cache.index, axis=1)
+            q_slot = cache.index + jnp.arange(t)
+            mask = (jnp.arange(slots)[None, :] <= q_slot[:, None])[None] & valid[:, None, :]
+        # A padding query has no visible key; the finite fill value keeps its softmax uniform, not NaN.
+        x = self.embed_tokens(tokens)
+        inv_freq = rope_inv_freq(cfg)
+        graphdef, layer_state = nnx.split(self.layers)
+
+        def layer_fn(x, layer_params, kv):
+            layer = nnx.merge(graphdef, layer_params)
+            return layer(x, positions, inv_freq, mask, kv, None if cache is None else cache.index)
+
+        if cache is None:
+            if cfg.scan_layers:
+                x, _ = jax.lax.scan(lambda x, p: (layer_fn(x, p, None)[0], None), x, layer_state)
+            else:
+                for i in range(cfg.num_hidden_layers):
+                    x, _ = layer_fn(x, jax.tree.map(lambda a: a[i], layer_state), None)
+            new_cache = None
+        else:
+            if cfg.scan_layers:
+                def body(x, xs):
+                    p, k, v = xs
+                    x, (k, v) = layer_fn(x, p, (k, v))
+                    return x, (k, v)
+                x, (ks, vs) = jax.lax.scan(body, x, (layer_state, cache.k, cache.v))
+            else:
+                ks, vs = [], []
+                for i in range(cfg.num_hidden_layers):
+                    x, (k, v) = layer_fn(x, jax.tree.map(lambda a: a[i], layer_state), (cache.k[i], cache.v[i]))
+                    ks.append(k), vs.append(v)
+                ks, vs = jnp.stack(ks), jnp.stack(vs)
+            new_cache = KVCache(ks, vs, valid, cache.index + t)
+        return self.norm(x), new_cache
+
+    def logits_from_hidden(self, h):
+        if self.lm_head is None:
+            return self.embed_tokens.attend(h).astype(jnp.float32)
+        return self.lm_head(h).astype(jnp.float32)
+
+    def __call__(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None):
+        h, new_cache = self.hidden_states(tokens, positions, segment_ids, cache)
+        logits = self.logits_from_hidden(h)
+        return logits if cache is None else (logits, new_cache)
+
+
+def init_model(cfg: ModelConfig, seed: int = 0) -> Qwen2:
+    return Qwen2(cfg, rngs=nnx.Rngs(params=seed))
+
+
+def positions_from_mask(mask: jax.Array) -> jax.Array:
+    """Position ids for a [B,T] 0/1 mask of real tokens: 0,1,2,... over real tokens (left padding gets 0)."""
+    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)

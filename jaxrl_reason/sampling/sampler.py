@@ -1,0 +1,295 @@
+"""A pure, jit-compiled sampler: one prefill per prompt, then a `lax.while_loop` of single-token decode steps.
+
+Layout: prompts are LEFT-padded to a bucketed length L, so every row writes the same cache slot at each
+step (L, L+1, ...) while its RoPE position is its own (prompt length + step). The `num_samples` rows of one
+prompt share its prefill: the prompt's cache is computed once and repeated. Rows are prompt-major
+(row = prompt * num_samples + sample).
+
+The log-probabilities returned are computed from the very logits the token was drawn from, so they equal a
+fresh forward pass over the sampled sequence up to float rounding: the trainer's `pi_old` *is* the sampler's.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.models.qwen2 import KVCache, Qwen2, positions_from_mask
+from jaxrl_reason.sampling.logits import sample_step
+
+FINISH_EOS, FINISH_STOP, FINISH_LENGTH = 0, 1, 2
+FINISH_NAMES = ("eos", "stop", "length")
+_MAX_STOP_IDS = 8  # stop ids are a traced, fixed-size array so a different set does not recompile
+
+
+class SampleOutput(NamedTuple):
+    """Rows are prompt-major: row r comes from prompt r // num_samples.
+
+    tokens:            [N, max_new_tokens] int32, `pad_id` after the end of each completion
+    logprobs:          [N, max_new_tokens] float32, log pi(token) at temperature 1 (0 after the end)
+    sampling_logprobs: [N, max_new_tokens] float32, log q(token) of the sampling distribution (0 if greedy)
+    lengths:           [N] int32, generated tokens including a stop token / stop string
+    finish_reason:     [N] int32 in FINISH_EOS / FINISH_STOP / FINISH_LENGTH (names in FINISH_NAMES)
+    prompt_index:      [N] int32
+    """
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    sampling_logprobs: np.ndarray
+    lengths: np.ndarray
+    finish_reason: np.ndarray
+    prompt_index: np.ndarray
+
+    def completions(self) -> list:
+        return [self.tokens[i, :n].tolist() for i, n in enumerate(self.lengths)]
+
+    def finish_names(self) -> list:
+        return [FINISH_NAMES[int(f)] for f in self.finish_reason]
+
+
+class _Carry(NamedTuple):
+    cache: KVCache
+    logits: jax.Array  # [N, V] next-token logits
+    tokens: jax.Array
+    logprobs: jax.Array
+    sampling_logprobs: jax.Array
+    done: jax.Array  # [N] bool
+    finish: jax.Array
+    lengths: jax.Array
+    positions: jax.Array  # [N] position id of the next token
+    step: jax.Array  # [] int32
+    key: jax.Array
+
+
+def bucket_length(n: int, minimum: int = 16) -> int:
+    """Next power of two >= n (at least `minimum`), so a new prompt length rarely means a new compile."""
+    b = minimum
+    while b < n:
+        b *= 2
+    return b
+
+
+def bucket_batch(n: int) -> int:
+    if n <= 64:
+        return bucket_length(n, 1)
+    return -(-n // 64) * 64
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens"))
+def prefill(graphdef, state, tokens, lengths, *, num_samples: int, max_new_tokens: int):
+    """tokens: [B, L] left-padded; lengths: [B]. Returns (cache for B*num_samples rows, last logits [B*G, V])."""
+    model: Qwen2 = nnx.merge(graphdef, state)
+    b, l = tokens.shape
+    mask = (jnp.arange(l)[None, :] >= (l - lengths)[:, None]).astype(jnp.int32)
+    cache = KVCache.zeros(model.config, b, l + max_new_tokens)
+    h, cache = model.hidden_states(tokens, positions_from_mask(mask), mask, cache=cache)
+    last = model.logits_from_hidden(h[:, -1:, :])[:, 0]
+    if num_samples > 1:
+        rep = functools.partial(jnp.repeat, repeats=num_samples)
+        cache = KVCache(rep(cache.k, axis=1), rep(cache.v, axis=1), rep(cache.valid, axis=0), cache.index)
+        last = rep(last, axis=0)
+    return cache, last
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("carry",))
+def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, stop_ids, pad_id):
+    """Run decode steps until `end_step` or until every row is done. The carry (KV cache included) is donated:
+    XLA updates it in place instead of copying it each call."""
+    model: Qwen2 = nnx.merge(graphdef, state)
+    max_new = carry.tokens.shape[1]
+
+    def cond(c: _Carry):
+        return (c.step < end_step) & ~jnp.all(c.done)
+
+    def body(c: _Carry):
+        key, sub = jax.random.split(c.key)
+        s = sample_step(c.logits, sub, temperature, top_p, top_k)
+        live = ~c.done
+        tok = jnp.where(live, s.token, pad_id)
+        put = lambda buf, x: jax.lax.dynamic_update_slice_in_dim(buf, x[:, None], c.step, axis=1)
+        tokens = put(c.tokens, tok)
+        logprobs = put(c.logprobs, jnp.where(live, s.logprob, 0.0))
+        sampling_logprobs = put(c.sampling_logprobs, jnp.where(live, s.sampling_logprob, 0.0))
+        lengths = jnp.where(live, c.step + 1, c.lengths)
+        hit = live & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
+        finish = jnp.where(hit, FINISH_EOS, c.finish)
+        out_of_room = live & ~hit & (c.step + 1 >= max_new)
+        finish = jnp.where(out_of_room, FINISH_LENGTH, finish)
+        done = c.done | hit | out_of_room
+        logits, cache = model(tok[:, None], c.positions[:, None], live[:, None].astype(jnp.int32), cache=c.cache)
+        return _Carry(cache, logits[:, 0], tokens, logprobs, sampling_logprobs, done, finish, lengths,
+                      c.positions + 1, c.step + 1, key)
+
+    return jax.lax.while_loop(cond, body, carry)
+
+
+def _as_prompt_batch(prompts, pad_id: int, max_context: int, max_new_tokens: int):
+    """Accept ragged token lists, or a (tokens [B, L] left-padded, lengths [B]) pair."""
+    if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
+        tokens, lengths = np.asarray(prompts[0]), np.asarray(prompts[1])
+        ragged = [tokens[i, tokens.shape[1] - n:].tolist() for i, n in enumerate(lengths)]
+    elif hasattr(prompts, "tokens") and hasattr(prompts, "lengths"):
+        tokens, lengths = np.asarray(prompts.tokens), np.asarray(prompts.lengths)
+        ragged = [tokens[i, tokens.shape[1] - n:].tolist() for i, n in enumerate(lengths)]
+    else:
+        ragged = [list(map(int, p)) for p in prompts]
+    if not ragged:
+        raise ValueError("sample(): `prompts` is empty; pass at least one prompt (a list of token ids)")
+    for i, p in enumerate(ragged):
+        if len(p) == 0:
+            raise ValueError(f"sample(): prompt {i} has no tokens; every prompt needs at least one token")
+        if len(p) + max_new_tokens > max_context:
+            raise ValueError(
+                f"sample(): prompt {i} has {len(p)} tokens; with max_new_tokens={max_new_tokens} that exceeds the "
+                f"model context of {max_context} positions. Shorten the prompt or lower max_new_tokens.")
+    b = bucket_batch(len(ragged))
+    l = bucket_length(max(len(p) for p in ragged))
+    tokens = np.full((b, l), pad_id, np.int32)
+    lengths = np.ones((b,), np.int32)  # filler rows: one pad token, discarded afterwards
+    for i, p in enumerate(ragged):
+        tokens[i, l - len(p):] = p
+        lengths[i] = len(p)
+    return tokens, lengths, len(ragged)
+
+
+def cut_at_stop_strings(tokens: np.ndarray, lengths: np.ndarray, stop_strings: Sequence[str], decode_fn):
+    """For each row, the smallest prefix length whose text contains a stop string, or None."""
+    cuts = []
+    for row, n in zip(tokens, lengths):
+        ids = row[:n].tolist()
+        text = decode_fn(ids)
+        if not any(s in text for s in stop_strings):
+            cuts.append(None)
+            continue
+        lo, hi = 1, n  # smallest m with a stop string inside decode(ids[:m]); containment is monotone in m
+        while lo < hi:
+            mid = (lo + hi) // 2
+            t = decode_fn(ids[:mid])
+            if any(s in t for s in stop_strings):
+                hi = mid
+            else:
+                lo = mid + 1
+        cuts.append(lo)
+    return cuts
+
+
+def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temperature: float = 1.0,
+           top_p: float = 1.0, top_k: int = 0, num_samples: int = 1, stop_token_ids: Sequence[int] = (),
+           stop_strings: Sequence[str] = (), tokenizer: Any = None, pad_id: Optional[int] = None,
+           chunk_steps: int = 32, progress: Optional[Any] = None, state=None) -> SampleOutput:
+    """Sample `num_samples` completions for each prompt.
+
+    prompts: a list of token-id lists (ragged), or (tokens [B, L] left-padded, lengths [B]).
+    stop_token_ids end a row inside the compiled loop (the stop token is kept as the last token).
+    stop_strings need `tokenizer` (anything with `.decode(ids)`): the completion is cut right after the first
+    token whose text completes a stop string; tokens, log-probs and length are cut with it. Decoding runs in
+    chunks of `chunk_steps` so rows that hit a stop string stop early.
+    state: optional params (nnx.State) to use instead of the model's own (e.g. the trainer's latest).
+    """
+    if max_new_tokens <= 0:
+        raise ValueError(f"sample(): max_new_tokens must be positive, got {max_new_tokens}")
+    if num_samples <= 0:
+        raise ValueError(f"sample(): num_samples must be positive, got {num_samples}")
+    if temperature < 0:
+        raise ValueError(f"sample(): temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"sample(): top_p must be in (0, 1], got {top_p}")
+    if stop_strings and tokenizer is None:
+        raise ValueError("sample(): stop_strings need `tokenizer=` to decode completions")
+    stop_token_ids = [int(t) for t in stop_token_ids]
+    if len(stop_token_ids) > _MAX_STOP_IDS:
+        raise ValueError(f"sample(): at most {_MAX_STOP_IDS} stop_token_ids are supported")
+    if pad_id is None:
+        pad_id = stop_token_ids[0] if stop_token_ids else 0
+    cfg = model.config
+    graphdef, own_state = nnx.split(model)
+    state = own_state if state is None else state
+    tokens, lengths, n_prompts = _as_prompt_batch(prompts, pad_id, cfg.max_position_embeddings, max_new_tokens)
+    cache, last = prefill(graphdef, state, jnp.asarray(tokens), jnp.asarray(lengths),
+                          num_samples=num_samples, max_new_tokens=max_new_tokens)
+    n = tokens.shape[0] * num_samples
+    start_pos = np.repeat(lengths, num_samples)
+    done = np.zeros((n,), bool)
+    done[n_prompts * num_samples:] = True  # filler rows from batch bucketing
+    carry = _Carry(cache, last, jnp.full((n, max_new_tokens), pad_id, jnp.int32),
+                   jnp.zeros((n, max_new_tokens), jnp.float32), jnp.zeros((n, max_new_tokens), jnp.float32),
+                   jnp.asarray(done), jnp.full((n,), FINISH_LENGTH, jnp.int32), jnp.zeros((n,), jnp.int32),
+                   jnp.asarray(start_pos, jnp.int32), jnp.zeros((), jnp.int32),
+                   jnp.array(key, copy=True))  # the carry is donated; never donate the caller's key
+    stop_arr = jnp.asarray(stop_token_ids + [-1] * (_MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
+    sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
+    stop_cut = np.full((n,), -1, np.int64)
+    step = 0
+    chunk = max_new_tokens if not stop_strings and progress is None else max(1, chunk_steps)
+    while step < max_new_tokens:
+        step = min(step + chunk, max_new_tokens)
+        carry = decode(graphdef, state, carry, jnp.int32(step), *sp)
+        if progress is not None:
+            progress(int(carry.step), max_new_tokens)
+        if stop_strings:
+            host_done = np.array(carry.done)
+            toks, lens = np.asarray(carry.tokens), np.asarray(carry.lengths)
+            rows = [i for i in range(n) if stop_cut[i] < 0 and i < n_prompts * num_samples]
+            cuts = cut_at_stop_strings(toks[rows], lens[rows], stop_strings, tokenizer.decode)
+            newly = [(r, c) for r, c in zip(rows, cuts) if c is not None]
+            for r, c in newly:
+                stop_cut[r] = c
+            if newly:
+                host_done[[r for r, _ in newly]] = True
+                carry = carry._replace(done=jnp.asarray(host_done))
+        if bool(jnp.all(carry.done)):
+            break
+    out_tokens = np.array(carry.tokens)
+    out_lp = np.array(carry.logprobs)
+    out_slp = np.array(carry.sampling_logprobs)
+    out_len = np.array(carry.lengths)
+    finish = np.array(carry.finish)
+    for r in np.nonzero(stop_cut >= 0)[0]:
+        c = int(stop_cut[r])
+        # A stop id earlier than the stop string wins (it ended the row first).
+        if finish[r] == FINISH_EOS and out_len[r] <= c:
+            continue
+        out_tokens[r, c:] = pad_id
+        out_lp[r, c:] = 0.0
+        out_slp[r, c:] = 0.0
+        out_len[r] = c
+        finish[r] = FINISH_STOP
+    keep = n_prompts * num_samples
+    return SampleOutput(out_tokens[:keep], out_lp[:keep], out_slp[:keep], out_len[:keep], finish[:keep],
+                        np.repeat(np.arange(n_prompts, dtype=np.int32), num_samples))
+
+
+def sequence_logprobs(model: Qwen2, prompt: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                      state=None) -> list:
+    """Reference per-token log-probs of each completion given its prompt by one fresh forward pass
+    (used by tests and to recompute pi_old under another prompt)."""
+    graphdef, own = nnx.split(model)
+    state = own if state is None else state
+    seqs = [list(p) + list(c) for p, c in zip(prompt, completions)]
+    t = bucket_length(max(map(len, seqs)))
+    toks = np.zeros((len(seqs), t), np.int32)
+    seg = np.zeros((len(seqs), t), np.int32)
+    for i, s in enumerate(seqs):
+        toks[i, :len(s)] = s
+        seg[i, :len(s)] = 1
+    lp = np.asarray(_forward_logprobs(graphdef, state, jnp.asarray(toks), jnp.asarray(seg)))
+    out = []
+    for i, (p, c) in enumerate(zip(prompt, completions)):
+        out.append(lp[i, len(p) - 1:len(p) - 1 + len(c)])
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _forward_logprobs(graphdef, state, tokens, segment_ids):
+    """log p(tokens[:, t+1] | tokens[:, :t+1]) as [B, T] (the last column is meaningless)."""
+    model = nnx.merge(graphdef, state)
+    pos = positions_from_mask(segment_ids)
+    logits = model(tokens, pos, segment_ids)
+    lp = jax.nn.log_softmax(logits, axis=-1)
+    nxt = jnp.concatenate([tokens[:, 1:], tokens[:, :1]], axis=1)
+    return jnp.take_along_axis(lp, nxt[..., None], axis=-1)[..., 0]

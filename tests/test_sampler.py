@@ -1,0 +1,222 @@
+"""The sampler: exact greedy parity, trustworthy log-probs, correct distributions, stops, no recompiles."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from hf_fixtures import save_hf_model
+from jaxrl_reason.models.hf_port import load_pretrained
+from jaxrl_reason.sampling import sampler as sampler_mod
+from jaxrl_reason.sampling.logits import filter_logits, sample_step
+from jaxrl_reason.sampling.sampler import (FINISH_EOS, FINISH_LENGTH, FINISH_STOP, sample, sequence_logprobs)
+
+
+@pytest.fixture(scope="module")
+def hf_and_model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("hf") / "qwen2")
+    hf = save_hf_model("qwen2", path, seed=2)
+    return hf, load_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 97, n).tolist() for n in (5, 12, 9)]
+
+
+def test_greedy_equals_transformers_generate(hf_and_model, prompts):
+    import torch
+
+    hf, model = hf_and_model
+    out = sample(model, prompts, jax.random.PRNGKey(0), max_new_tokens=32, temperature=0.0)
+    assert (out.lengths == 32).all() and (out.finish_reason == FINISH_LENGTH).all()
+    for i, p in enumerate(prompts):
+        ref = hf.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                          max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)[0, len(p):]
+        assert out.tokens[i].tolist() == ref.tolist()
+
+
+def test_logprobs_equal_fresh_forward(hf_and_model, prompts):
+    _, model = hf_and_model
+    for kw in (dict(temperature=1.0), dict(temperature=0.7, top_k=10), dict(temperature=1.3, top_p=0.8)):
+        out = sample(model, prompts, jax.random.PRNGKey(1), max_new_tokens=24, num_samples=3, **kw)
+        ref = sequence_logprobs(model, [prompts[i] for i in out.prompt_index], out.completions())
+        for r, lp, n in zip(ref, out.logprobs, out.lengths):
+            np.testing.assert_allclose(lp[:n], r, atol=1e-5)
+            assert (lp[n:] == 0).all()
+    # at temperature 1 without filters the sampling distribution is the policy
+    out = sample(model, prompts, jax.random.PRNGKey(2), max_new_tokens=8)
+    np.testing.assert_allclose(out.sampling_logprobs, out.logprobs, atol=1e-5)
+
+
+def test_samples_of_one_prompt_share_prefill_but_differ(hf_and_model, prompts):
+    _, model = hf_and_model
+    out = sample(model, prompts, jax.random.PRNGKey(3), max_new_tokens=16, num_samples=4)
+    assert out.tokens.shape == (12, 16)
+    np.testing.assert_array_equal(out.prompt_index, np.repeat(np.arange(3), 4))
+    assert len({tuple(t) for t in out.tokens[:4].tolist()}) > 1
+    greedy = sample(model, prompts, jax.random.PRNGKey(3), max_new_tokens=16, num_samples=4, temperature=0.0)
+    for i in range(3):
+        assert (greedy.tokens[4 * i:4 * i + 4] == greedy.tokens[4 * i]).all()
+
+
+def test_topk_sampler_stays_inside_topk(hf_and_model, prompts):
+    _, model = hf_and_model
+    k = 3
+    out = sample(model, prompts, jax.random.PRNGKey(4), max_new_tokens=20, num_samples=4, temperature=1.5,
+                 top_k=k)
+    seqs = np.zeros((len(out.tokens), 32), np.int32)
+    for row, (i, n) in enumerate(zip(out.prompt_index, out.lengths)):
+        seqs[row, :len(prompts[i]) + n] = prompts[i] + out.tokens[row, :n].tolist()
+    all_logits = np.asarray(model(jnp.asarray(seqs), jnp.broadcast_to(jnp.arange(32), seqs.shape)))
+    for row, (i, n) in enumerate(zip(out.prompt_index, out.lengths)):
+        for t in range(n):
+            step_logits = all_logits[row, len(prompts[i]) - 1 + t]
+            kth = np.sort(step_logits)[-k]
+            assert step_logits[out.tokens[row, t]] >= kth - 1e-6
+
+
+def _chi_square_pvalue(draws, probs):
+    counts = np.bincount(draws, minlength=len(probs)).astype(np.float64)
+    probs = np.asarray(probs, np.float64)
+    keep = probs > 0
+    assert counts[~keep].sum() == 0, "drew a token of probability zero"
+    expected = probs[keep] / probs[keep].sum() * counts.sum()
+    return stats.chisquare(counts[keep], expected).pvalue
+
+
+@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.6, 1.0, 0), (1.4, 1.0, 0), (1.0, 0.7, 0),
+                                                     (0.8, 1.0, 5)])
+def test_step_frequencies_match_softmax(temperature, top_p, top_k):
+    vocab, draws = 12, 40_000
+    logits = jax.random.normal(jax.random.PRNGKey(7), (vocab,)) * 1.5
+    batch = jnp.broadcast_to(logits, (draws, vocab))
+    s = sample_step(batch, jax.random.PRNGKey(11), temperature, top_p, top_k)
+    target = np.asarray(jax.nn.softmax(filter_logits((logits / temperature)[None], jnp.int32(top_k),
+                                                      jnp.float32(top_p))[0]))
+    if top_k:
+        assert (target > 0).sum() == top_k
+    if top_p < 1:
+        assert 1 < (target > 0).sum() < vocab
+    assert _chi_square_pvalue(np.asarray(s.token), target) > 1e-3
+    np.testing.assert_allclose(np.asarray(s.sampling_logprob), np.log(target[np.asarray(s.token)]), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(s.logprob), np.asarray(jax.nn.log_softmax(logits))[np.asarray(s.token)],
+                               atol=1e-5)
+
+
+def test_sampler_is_wrong_if_distribution_is_wrong():
+    # the chi-square check above has power: a temperature mix-up is detected
+    vocab = 12
+    logits = jax.random.normal(jax.random.PRNGKey(7), (vocab,)) * 1.5
+    s = sample_step(jnp.broadcast_to(logits, (40_000, vocab)), jax.random.PRNGKey(11), 0.6, 1.0, 0)
+    assert _chi_square_pvalue(np.asarray(s.token), np.asarray(jax.nn.softmax(logits))) < 1e-6
+
+
+def test_large_vocab_draw_is_unbiased():
+    # 3 blocks of the two-level inverse CDF, with mass concentrated across block edges
+    vocab = 1500
+    logits = jnp.full((vocab,), -30.0).at[jnp.array([0, 511, 512, 1023, 1024, 1499])].set(
+        jnp.array([0.0, 0.5, 1.0, -0.5, 0.2, 0.7]))
+    s = sample_step(jnp.broadcast_to(logits, (30_000, vocab)), jax.random.PRNGKey(5), 1.0, 1.0, 0)
+    assert _chi_square_pvalue(np.asarray(s.token), np.asarray(jax.nn.softmax(logits))) > 1e-3
+
+
+def test_stop_ids_end_exactly_the_right_rows(hf_and_model, prompts):
+    _, model = hf_and_model
+    greedy = sample(model, prompts, jax.random.PRNGKey(0), max_new_tokens=24, temperature=0.0)
+    stop = int(greedy.tokens[1, 6])  # the 7th token of row 1
+    first = [next((t for t in range(24) if greedy.tokens[r, t] == stop), None) for r in range(3)]
+    out = sample(model, prompts, jax.random.PRNGKey(0), max_new_tokens=24, temperature=0.0,
+                 stop_token_ids=[stop], pad_id=0)
+    for r in range(3):
+        if first[r] is None:
+            assert out.lengths[r] == 24 and out.finish_reason[r] == FINISH_LENGTH
+            np.testing.assert_array_equal(out.tokens[r], greedy.tokens[r])
+        else:
+            n = first[r] + 1
+            assert out.lengths[r] == n and out.finish_reason[r] == FINISH_EOS
+            np.testing.assert_array_equal(out.tokens[r, :n], greedy.tokens[r, :n])
+            assert (out.tokens[r, n:] == 0).all() and (out.logprobs[r, n:] == 0).all()
+    assert first[1] == 6 or first[1] < 6
+
+
+class CharTokenizer:
+    """Each id is one letter: decoding is exact and the stop position is easy to predict."""
+
+    def decode(self, ids):
+        return "".join(chr(ord("a") + i % 26) for i in ids)
+
+
+def test_stop_strings_cut_completion_and_logprobs(hf_and_model, prompts):
+    _, model = hf_and_model
+    tok = CharTokenizer()
+    greedy = sample(model, prompts, jax.random.PRNGKey(0), max_new_tokens=40, temperature=0.0)
+    text0 = tok.decode(greedy.tokens[0].tolist())
+    stop = text0[10:12]  # a 2-character string, ending at token 11 of row 0 (or earlier)
+    out = sample(model, prompts, jax.random.PRNGKey(0), max_new_tokens=40, temperature=0.0,
+                 stop_strings=[stop], tokenizer=tok, pad_id=0, chunk_steps=8)
+    for r in range(3):
+        text = tok.decode(greedy.tokens[r].tolist())
+        at = text.find(stop)
+        if at < 0:
+            assert out.finish_reason[r] == FINISH_LENGTH and out.lengths[r] == 40
+            continue
+        n = at + len(stop)
+        assert out.finish_reason[r] == FINISH_STOP and out.lengths[r] == n
+        np.testing.assert_array_equal(out.tokens[r, :n], greedy.tokens[r, :n])
+        assert (out.tokens[r, n:] == 0).all() and (out.logprobs[r, n:] == 0).all()
+        np.testing.assert_allclose(out.logprobs[r, :n], greedy.logprobs[r, :n], atol=1e-6)
+    assert out.lengths[0] <= 12
+
+
+def test_changing_sampling_params_does_not_recompile(hf_and_model, prompts):
+    _, model = hf_and_model
+    sample(model, prompts, jax.random.PRNGKey(0), max_new_tokens=8, temperature=1.0)
+    before = (sampler_mod.decode._cache_size(), sampler_mod.prefill._cache_size())
+    for kw in (dict(temperature=0.3), dict(temperature=0.0), dict(top_p=0.5), dict(top_k=4),
+               dict(temperature=2.0, top_k=2, top_p=0.9), dict(stop_token_ids=[1, 2])):
+        sample(model, prompts, jax.random.PRNGKey(1), max_new_tokens=8, **kw)
+    # a new prompt length inside the same bucket does not recompile either
+    sample(model, [p[:-1] for p in prompts], jax.random.PRNGKey(1), max_new_tokens=8)
+    assert (sampler_mod.decode._cache_size(), sampler_mod.prefill._cache_size()) == before
+
+
+def test_kv_cache_is_donated(hf_and_model, prompts):
+    _, model = hf_and_model
+    from flax import nnx
+
+    graphdef, state = nnx.split(model)
+    toks = jnp.asarray([[0] * 11 + prompts[0]], jnp.int32)
+    cache, last = sampler_mod.prefill(graphdef, state, toks, jnp.asarray([5]), num_samples=1, max_new_tokens=4)
+    carry = sampler_mod._Carry(cache, last, jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, 4)), jnp.zeros((1, 4)),
+                               jnp.zeros((1,), bool), jnp.zeros((1,), jnp.int32), jnp.zeros((1,), jnp.int32),
+                               jnp.asarray([5]), jnp.zeros((), jnp.int32), jax.random.PRNGKey(0))
+    new = sampler_mod.decode(graphdef, state, carry, jnp.int32(4), jnp.float32(1.0), jnp.float32(1.0),
+                             jnp.int32(0), jnp.full((8,), -1, jnp.int32), jnp.int32(0))
+    assert carry.cache.k.is_deleted() and carry.cache.v.is_deleted()
+    assert int(new.step) == 4
+
+
+def test_callers_key_survives(hf_and_model, prompts):
+    _, model = hf_and_model
+    key = jax.random.PRNGKey(9)
+    a = sample(model, prompts, key, max_new_tokens=4)
+    b = sample(model, prompts, key, max_new_tokens=4)  # same key again: same draws
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+def test_bad_input_errors(hf_and_model):
+    _, model = hf_and_model
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match="empty"):
+        sample(model, [], key, max_new_tokens=4)
+    with pytest.raises(ValueError, match="prompt 1 has no tokens"):
+        sample(model, [[1, 2], []], key, max_new_tokens=4)
+    ctx = model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=r"prompt 0 has \d+ tokens.*context"):
+        sample(model, [[1] * (ctx - 2)], key, max_new_tokens=4)
+    with pytest.raises(ValueError, match="top_p"):
+        sample(model, [[1]], key, max_new_tokens=4, top_p=0.0)
+    with pytest.raises(ValueError, match="tokenizer"):
+        sample(model, [[1]], key, max_new_tokens=4, stop_strings=["x"])
