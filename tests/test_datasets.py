@@ -47,6 +47,14 @@ def test_load_jsonl_fields(tmp_path):
     assert [(e.id, e.answer) for e in load_jsonl(plain)] == [("plain:1", "1.5"), ("plain:3", "x")]
 
 
+def test_field_spec_object(tmp_path):
+    path = write_lines(tmp_path / "s.jsonl", [json.dumps({"problem": "Why?", "final": "because"})])
+    spec = FieldSpec(question_field="problem", answer_field="final")
+    assert [(e.question, e.answer) for e in load_examples(path, spec)] == [("Why?", "because")]
+    with pytest.raises(TypeError, match="either spec"):
+        load_jsonl(path, spec, question_field="problem")
+
+
 def test_gsm8k_answer_transform(tmp_path):
     path = write_lines(tmp_path / "gsm.jsonl", [
         json.dumps({"question": "How many?", "answer": "3 + 4 = 7 apples, 1,000 times\n#### 7,000"})])
@@ -299,6 +307,7 @@ def test_arithmetic_is_deterministic_and_indexable():
     assert arithmetic_example(7, seed=1) == a[7]
     assert [e.question for e in a] != [e.question for e in arithmetic_examples(20, seed=2)]
     assert len({e.id for e in a}) == 20
+    assert len(set(a + arithmetic_examples(20, seed=1))) == 20  # Examples are hashable despite their meta dict
 
 
 def test_arithmetic_non_negative_and_validation():

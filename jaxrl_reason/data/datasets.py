@@ -38,6 +38,10 @@ class Example:
     solution: str | None = None
     meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    def __hash__(self) -> int:
+        # `meta` is a dict and cannot be hashed; equal examples still hash equal since eq compares these too.
+        return hash((self.question, self.answer, self.id, self.solution))
+
 
 class DatasetFormatError(ValueError):
     """A row of a dataset file is malformed; the message names file, row and field."""

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -525,6 +525,10 @@ class MathGrader:
         Returns per pair `(outcome, (equal, gold_parsed, pred_parsed) or None when not ok)`. Equal canonical
         forms skip the pool; duplicate pairs within a call are graded once; successes are cached across calls.
         """
+        with self._lock:  # the cache is shared state too
+            return self._compare_locked(pairs, timeout_s)
+
+    def _compare_locked(self, pairs, timeout_s):
         out: list[Any] = [None] * len(pairs)
         todo: dict[tuple[str, str], list[int]] = {}
         raw: dict[tuple[str, str], tuple[str, str]] = {}
