@@ -133,6 +133,10 @@ def test_load_hf_save_to_disk_fixture():
     assert [e.answer for e in single] == ["5", "42", "6"]
     with pytest.raises(DatasetFormatError, match=r"hf_saved_single:row 1: field 'question' is missing"):
         load_hf_disk(DATA / "hf_saved_single")
+    with pytest.raises(ValueError, match="single Dataset without splits"):
+        load_hf_disk(DATA / "hf_saved_single", "train", question_field="problem")
+    with pytest.raises(FileNotFoundError, match="not a `save_to_disk` directory"):
+        load_hf_disk(DATA)
 
 
 def test_load_examples_rejects_unknown_suffix(tmp_path):

@@ -20,6 +20,7 @@ GRACE_S = 0.5
 @pytest.fixture(scope="module")
 def grader():
     g = MathGrader(num_workers=2, timeout_s=TIMEOUT_S, kill_grace_s=GRACE_S)
+    g.start()  # so that timing assertions below never include worker start-up
     yield g
     g.close()
 
@@ -157,6 +158,7 @@ def test_exact_matches_skip_the_pool(grader):
 
 
 def test_pathological_power_times_out_and_pool_recovers(grader):
+    grader.start()
     completions = ["\\boxed{9^{9^{9^{9}}}}", "\\boxed{\\frac{1}{2}}"]
     start = time.perf_counter()
     result = math_reward(completions, ["5", "0.5"], grader=grader)
@@ -175,7 +177,8 @@ def test_pathological_power_times_out_and_pool_recovers(grader):
 # The pool itself
 # ---------------------------------------------------------------------------------------------------------------
 def test_hard_timeout_kills_stuck_worker(grader):
-    pids_before = set(grader.worker_pids) or None
+    grader.start()
+    pids_before = set(grader.worker_pids)
     kills_before = grader.stats().get("hard_kills", 0)
     start = time.perf_counter()
     outcomes = grader.run(_stuck_in_c, [(60.0,), (0.0,)], timeout_s=0.5)
@@ -184,13 +187,13 @@ def test_hard_timeout_kills_stuck_worker(grader):
     assert outcomes[1].status == "ok" and outcomes[1].value == "finished"
     assert elapsed < 0.5 + GRACE_S + 4.0
     assert grader.stats()["hard_kills"] == kills_before + 1
-    if pids_before is not None:
-        assert set(grader.worker_pids) != pids_before  # the stuck one was replaced
+    assert set(grader.worker_pids) != pids_before  # the stuck one was replaced
     assert len(grader.worker_pids) == grader.num_workers
     assert grader.run(_stuck_in_c, [(0.0,)])[0].value == "finished"
 
 
 def test_soft_timeout_keeps_the_worker(grader):
+    grader.start()
     # Both workers are up and both ran a task that blocked SIGALRM and let the alarm fire while blocked.
     grader.run(_stuck_in_c, [(0.4,), (0.4,)], timeout_s=0.2)
     pids = set(grader.worker_pids)
@@ -205,6 +208,13 @@ def test_crash_and_error_are_results_not_exceptions(grader):
     outcomes = grader.run(_raise, [("bad input",)])
     assert outcomes[0].status == "error" and outcomes[0].error == "ValueError: bad input"
     assert grader.run(abs, [(-2,)])[0].value == 2
+
+
+def test_start_waits_for_all_workers():
+    with MathGrader(num_workers=2, preload=()) as g:
+        g.start()
+        assert len(g.worker_pids) == 2
+        assert all(w.ready for w in g._workers)
 
 
 def test_workers_are_recycled():

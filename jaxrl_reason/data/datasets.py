@@ -234,7 +234,9 @@ def load_hf_disk(path: str | os.PathLike, split: str | None = None, spec: FieldS
         if split not in splits:
             raise ValueError(f"{root} has splits {splits}, not {split!r}.")
         root = root / split
-    elif split is not None and (root / split / "state.json").is_file():
+    elif split is not None:
+        if not (root / split / "state.json").is_file():
+            raise ValueError(f"{root} is a single Dataset without splits; omit split={split!r}.")
         root = root / split
     state_file = root / "state.json"
     if not state_file.is_file():

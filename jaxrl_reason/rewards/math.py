@@ -389,6 +389,38 @@ class MathGrader:
             self._pid = os.getpid()
             self._lock = threading.RLock()
 
+    def start(self, wait: bool = True) -> None:
+        """Starts the workers now (they start lazily otherwise), e.g. to overlap their imports with JIT compilation.
+
+        With `wait`, returns once every worker has imported its modules; raises RuntimeError if one dies or takes
+        longer than `startup_timeout_s`.
+        """
+        with self._lock:
+            self._check_pid()
+            while len(self._workers) < self.num_workers:
+                self._workers.append(self._start_worker())
+            while wait:
+                starting = [w for w in self._workers if not w.ready]
+                if not starting:
+                    return
+                limit = min(w.started for w in starting) + self.startup_timeout_s
+                readable = set(multiprocessing.connection.wait([w.conn for w in starting],
+                                                               timeout=max(0.0, limit - time.monotonic())))
+                for w in starting:
+                    if w.conn not in readable:
+                        continue
+                    try:
+                        msg = w.conn.recv()
+                    except (EOFError, OSError):
+                        self._replace(w, kill=True, restart=False)
+                        raise RuntimeError(
+                            f"a math grader worker died on start-up (exit code {w.proc.poll()}); check that "
+                            f"`python -c 'import {', '.join(self.preload) or 'sys'}'` works.") from None
+                    w.ready = msg[0] == "ready"
+                if time.monotonic() >= limit and any(not w.ready for w in self._workers):
+                    raise RuntimeError(f"math grader workers did not become ready within "
+                                       f"{self.startup_timeout_s:.0f} s; the machine may be overloaded.")
+
     def close(self) -> None:
         """Stops all workers. The grader may be used again afterwards (it restarts lazily)."""
         with self._lock:
