@@ -1,6 +1,6 @@
 """Benchmark the code sandbox: per-program start-up cost and programs/s through the pool.
 
-    python experiments/bench_code_sandbox.py [--workers 2] [--trivial 60] [--timeouts 6] [--repeats 15]
+    python experiments/bench_code_sandbox.py [--workers 2] [--trivial 60] [--timeouts 6] [--repeats 30]
 
 Rows (all measured in this one process run, same interpreter for sandbox and baseline):
   start-up     one trivial program, serially: plain `python -I -c` vs bare bwrap vs the full sandbox path
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--trivial", type=int, default=60, help="programs in the trivial throughput run")
     parser.add_argument("--timeouts", type=int, default=6, help="programs in the timeout throughput run")
-    parser.add_argument("--repeats", type=int, default=15, help="serial runs per start-up measurement")
+    parser.add_argument("--repeats", type=int, default=30, help="serial runs per start-up measurement")
     args = parser.parse_args()
 
     config = SandboxConfig(workers=args.workers, timeout_s=1.0, test_timeout_s=5.0, cpu_time_s=5)

@@ -163,13 +163,35 @@ def test_pass_needs_the_harness_report_not_an_exit_code(sandbox):
         F_OK,  # the test itself calls exit(0)
         forge,  # writes a done line with a guessed token to every fd, then exits 0
     ]
-    tests = [F_TEST, F_TEST, "import sys\nsys.exit(0)\nassert False", F_TEST]
+    no_op_exec = "import builtins\nbuiltins.exec = builtins.compile = lambda *args, **kwargs: None\n"
+    programs += [no_op_exec + "def f(x):\n    return 0\n"]  # later tests must still really run
+    tests = [F_TEST, F_TEST, "import sys\nsys.exit(0)\nassert False", F_TEST, F_TEST]
     result = code_reward(programs, tests, sandbox=sandbox)
-    np.testing.assert_array_equal(result.scores, np.zeros(4, np.float32))
+    np.testing.assert_array_equal(result.scores, np.zeros(5, np.float32))
+    assert result.details[4]["tests"][0]["status"] == "failed"
     assert result.details[0]["status"] == "crashed" and result.details[0]["exit_code"] is not None
     assert result.details[1]["program_error"].startswith("SystemExit")
     assert result.details[2]["tests"][0]["status"] == "error"
     assert result.details[3]["status"] == "crashed"
+
+
+def test_stdio_program_cannot_reach_the_harness(sandbox):
+    # In stdio mode the program is a child of the harness that holds the token; the harness is non-dumpable,
+    # so the child cannot list its fds, read its memory, or inherit its report pipe.
+    probe = "\n".join([
+        "import os",
+        "parent = os.getppid()",
+        "seen = []",
+        "for path in (f'/proc/{parent}/fd', f'/proc/{parent}/mem', f'/proc/{parent}/environ'):",
+        "    try:",
+        "        os.listdir(path) if path.endswith('fd') else open(path, 'rb').read(1)",
+        "        seen.append(path)",
+        "    except OSError:",
+        "        pass",
+        "print(sorted(os.listdir('/proc/self/fd')), seen)",
+    ])
+    result = code_reward([probe], [CodeTests(io=(IOCase("", "['0', '1', '2', '3'] []\n"),))], sandbox=sandbox)
+    assert result.scores[0] == 1.0, result.details[0]["tests"]
 
 
 def test_identity_environment_and_filesystem_inside(sandbox, monkeypatch):
@@ -424,3 +446,20 @@ def test_extraction_reads_back_what_the_prompt_module_fences():
     program = 'S = """\n```\n"""\nprint(S)'  # contains a fence line: the prompt must use a longer fence
     prompt = prompts.code_correction_prompt("Print three backticks.", program)
     assert extract_code(prompt) == program + "\n"
+
+
+def test_sandbox_failures_are_told_apart_from_program_failures(sandbox):
+    # A program cannot pass itself off as an infrastructure fault by imitating bwrap's error and dying.
+    result = code_reward(["import os\nprint('bwrap: Can not mount', flush=True)\nos._exit(1)\n"], [F_TEST],
+                         sandbox=sandbox)
+    assert result.details[0]["status"] == "crashed" and not result.details[0]["sandbox_error"]
+    broken = Sandbox(HOSTILE._replace(workers=1))
+    try:
+        prefix = broken.backend.prefix
+        broken.backend = broken.backend._replace(prefix=prefix[:-2] + ("--ro-bind", "/nonexistent_jaxrl", "/x")
+                                                 + prefix[-2:])
+        detail = code_reward([F_OK], [F_TEST], sandbox=broken).details[0]
+    finally:
+        broken.close()
+    assert detail["status"] == "sandbox_error" and detail["sandbox_error"] and "bwrap" in detail["output"]
+    assert code_metrics([detail])["sandbox_error"] == 1.0

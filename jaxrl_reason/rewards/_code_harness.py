@@ -7,7 +7,7 @@ oldest Python a sandbox might provide (3.8): the interpreter inside the sandbox 
 Protocol (all fds are set up by the parent):
   fd 0        one job (a marshal-encoded dict; the parent is trusted), then EOF. Replaced by /dev/null before any untrusted code runs.
   fd 1, 2     untrusted output; the parent keeps a capped prefix and kills the sandbox past its cap.
-  report_fd   JSON lines written only by this harness: `program`, `test_start`, `test_end` events and, last,
+  report_fd   JSON lines written only by this harness: `ready`, `program`, `test_start`, `test_end` and, last,
               `done` carrying the secret token. The parent passes a program only on a `done` line with the
               right token and one passing `test_end` per test; an exit code never counts.
 
@@ -27,7 +27,10 @@ try:  # the C module: `signal` itself imports `enum`, a large share of the harne
 except ImportError:  # pragma: no cover - other interpreters
     import signal
 
-# Kept before untrusted code runs: a program may rebind module attributes (os.write = None, ...).
+# Kept before untrusted code runs: a program may rebind builtins or module attributes. Replacing
+# `builtins.exec` with a no-op, for one, would otherwise make every later test "pass" without running.
+_exec = exec
+_compile = compile
 _write = os.write
 _monotonic = time.monotonic
 _exit = os._exit
@@ -139,8 +142,8 @@ def _run_assert_job(job, token, reporter):
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout)
         if job.get("prelude"):
-            exec(compile(job["prelude"], "<prelude>", "exec"), namespace)
-        exec(compile(job["program"], "<solution>", "exec"), namespace)
+            _exec(_compile(job["prelude"], "<prelude>", "exec"), namespace)
+        _exec(_compile(job["program"], "<solution>", "exec"), namespace)
         signal.setitimer(signal.ITIMER_REAL, 0)
     except BaseException as exc:  # noqa: BLE001 - anything the program does is a verdict, not a crash
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -152,9 +155,9 @@ def _run_assert_job(job, token, reporter):
         reporter.send(event="test_start", index=index)
         start = _monotonic()
         try:
-            code = compile(source, "<test %d>" % index, "exec")
+            code = _compile(source, "<test %d>" % index, "exec")
             signal.setitimer(signal.ITIMER_REAL, timeout)
-            exec(code, namespace)
+            _exec(code, namespace)
             signal.setitimer(signal.ITIMER_REAL, 0)
             status, message = "passed", ""
         except BaseException as exc:  # noqa: BLE001
@@ -274,7 +277,7 @@ def _run_stdio_job(job, token, reporter):
     _make_undumpable()
     source = (job.get("prelude") or "") + "\n" + job["program"]
     try:
-        compile(source, "solution.py", "exec")
+        _compile(source, "solution.py", "exec")
     except BaseException as exc:  # noqa: BLE001 - pathological source: SyntaxError, RecursionError, MemoryError
         reporter.send(event="program", status="error", message=_describe(exc))
         return
@@ -317,6 +320,8 @@ def main():
     token = job.pop("token")
     reporter = _Reporter(report_fd)
     _set_limits(job["limits"])
+    # Sent before any untrusted code runs: without it the parent knows the sandbox itself failed to start.
+    reporter.send(event="ready")
     if job["mode"] == "stdio":
         _run_stdio_job(job, token, reporter)
     else:

@@ -54,7 +54,8 @@ class CodeTests(NamedTuple):
     """The tests of one problem. Exactly one of `asserts` and `io` is non-empty.
 
     asserts: Python sources, each one test, run in order after the program in the program's namespace.
-             An AssertionError fails the test; any other exception is an error.
+             An AssertionError fails the test; any other exception is an error. The program is loaded as
+             module `solution`, so its `if __name__ == "__main__":` block does not run.
     io:      stdin/stdout cases; the program runs as `__main__` once per case.
     prelude: source run before the program (HumanEval prompt imports, MBPP test_setup_code).
     compare: stdio comparison: "lines" (trailing spaces and blank lines ignored), "tokens", or "exact".

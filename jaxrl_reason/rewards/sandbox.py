@@ -44,7 +44,10 @@ from typing import Any, Iterable, NamedTuple, Sequence
 log = logging.getLogger(__name__)
 
 _HARNESS_SOURCE = (Path(__file__).with_name("_code_harness.py")).read_text(encoding="utf-8")
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+# The whole environment of sandboxed processes: nothing of the trainer's (API tokens) leaks in. One BLAS
+# thread, because each thread reserves address space against RLIMIT_AS and a many-core host would exhaust it.
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # Host paths a dynamically linked interpreter may need, bound read-only when present.
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = (
@@ -138,6 +141,9 @@ def validate_config(config: SandboxConfig) -> None:
                          f"got {config.memory_bytes}")
     if config.workers is not None and config.workers < 1:
         raise ValueError(f"SandboxConfig.workers must be None or >= 1, got {config.workers}")
+    if not isinstance(config.extra_ro_binds, tuple):
+        raise ValueError("SandboxConfig.extra_ro_binds must be a tuple of absolute paths (it keys a cache), got "
+                         f"{type(config.extra_ro_binds).__name__}")
     for path in config.extra_ro_binds:
         if not os.path.isabs(path):
             raise ValueError(f"SandboxConfig.extra_ro_binds entries must be absolute paths, got {path!r}")
@@ -265,7 +271,7 @@ def _parse_report(data: bytes, token: str, n_tests: int) -> dict[str, Any]:
     program_status, program_message = None, ""
     tests: list[dict[str, Any]] = [{"status": "not_run", "message": "", "time_s": 0.0} for _ in range(n_tests)]
     running: int | None = None
-    done = False
+    done = ready = False
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
@@ -277,7 +283,9 @@ def _parse_report(data: bytes, token: str, n_tests: int) -> dict[str, Any]:
             continue
         kind = event.get("event")
         index = event.get("index")
-        if kind == "program":
+        if kind == "ready":
+            ready = True
+        elif kind == "program":
             program_status, program_message = str(event.get("status")), str(event.get("message", ""))
         elif kind == "test_start" and isinstance(index, int) and 0 <= index < n_tests:
             running = index
@@ -288,7 +296,7 @@ def _parse_report(data: bytes, token: str, n_tests: int) -> dict[str, Any]:
         elif kind == "done":
             done = secrets.compare_digest(str(event.get("token", "")), token) and event.get("n_tests") == n_tests
     return {"program_status": program_status, "program_message": program_message, "tests": tests,
-            "running": running, "done": done}
+            "running": running, "done": done, "ready": ready}
 
 
 def run_job(backend: _Backend, job: Job, config: SandboxConfig) -> dict[str, Any]:
@@ -439,7 +447,9 @@ def _verdict(returncode: int | None, report: bytes, output: bytes, config: Sandb
     passed = bool(parsed["done"]) and n_passed == len(tests)
     if passed:
         status = "passed"
-    elif flags.get("sandbox_error"):
+    elif flags.get("sandbox_error") or not parsed["ready"]:
+        # Decided by the harness's `ready` line, which precedes all untrusted code: a program cannot make its
+        # own failure look like an infrastructure fault (which a trainer might exclude from the loss).
         status = "sandbox_error"
     elif parsed["program_status"] in ("error", "timeout"):
         status = "program_" + parsed["program_status"]
@@ -449,9 +459,6 @@ def _verdict(returncode: int | None, report: bytes, output: bytes, config: Sandb
         status = "timeout"
     elif flags.get("output_limit_exceeded"):
         status = "output_limit"
-    elif parsed["program_status"] is None and not report:
-        # The harness never started: bwrap failed, or the interpreter could not start under the limits.
-        status = "sandbox_error" if b"bwrap:" in output else "crashed"
     else:
         status = "crashed"  # died mid-way: os._exit, a signal, the CPU limit, ...
     text = output.decode("utf-8", "replace")
@@ -548,7 +555,8 @@ def _lost_job(job: Job, reason: str) -> dict[str, Any]:
     return {"passed": False, "status": "sandbox_error", "n_tests": len(job.cases), "n_passed": 0,
             "tests": [{"status": "not_run", "message": "", "time_s": 0.0} for _ in job.cases],
             "program_error": "", "timeout": False, "cpu_limit": False, "killed_by": None,
-            "output_limit_exceeded": False, "sandbox_error": True, "exit_code": None, "output": reason, "wall_s": 0.0, "job_id": ""}
+            "output_limit_exceeded": False, "sandbox_error": True, "exit_code": None, "output": reason,
+            "wall_s": 0.0, "job_id": "", "sandbox": "none"}
 
 
 _backend_cache: dict[tuple[Any, ...], tuple[_Backend, tuple[str, ...]]] = {}
