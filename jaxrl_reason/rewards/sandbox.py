@@ -19,6 +19,16 @@ token, that every test ran and passed. The parent never trusts an exit code.
 If no working bwrap is found, `Sandbox` refuses to run anything unless `allow_unsafe_code_execution=True`, in
 which case programs run in a plain subprocess with the same rlimits (no namespaces) and every call warns.
 Python-level guards such as monkey-patching `os` are *not* a sandbox and are not used.
+
+What this does not cover, by design or for lack of a portable mechanism:
+* memory is limited per process (RLIMIT_AS), not per sandbox: the worst case is about
+  max_processes x memory_bytes plus the two tmpfs, for at most `timeout_s`. A cgroup would bound the sum but is
+  rarely delegated to an unprivileged trainer.
+* no seccomp filter: the kernel interface is that of an unprivileged user namespace.
+* assert tests run in the program's own interpreter (HumanEval style). A program written to attack the
+  harness's internals (walk its frames for the token, patch `__main__`) or to return objects whose `__eq__`
+  is always true could still pass; stdin/stdout tests run the program in a separate process and are immune
+  to the former.
 """
 from __future__ import annotations
 
@@ -75,8 +85,8 @@ class SandboxConfig(NamedTuple):
     test_timeout_s:   wall clock for one test (one assert script, or one stdin/stdout case).
     cpu_time_s:       RLIMIT_CPU per process (SIGXCPU, then SIGKILL one second later).
     memory_bytes:     RLIMIT_AS per process; a memory bomb gets MemoryError here instead of paging the host.
-    max_processes:    RLIMIT_NPROC inside the sandbox's own user namespace (counts the harness and bwrap's
-                      init too); a fork bomb stops here.
+    max_processes:    RLIMIT_NPROC inside the sandbox's own user namespace: bwrap's init, the harness, the
+                      stdio test process and every thread count; a fork bomb stops here.
     max_file_bytes:   RLIMIT_FSIZE: the largest file a program may write.
     tmpfs_bytes:      size of each private writable tmpfs (/tmp and /dev/shm); everything else is read-only.
     max_open_files:   RLIMIT_NOFILE.
@@ -95,7 +105,7 @@ class SandboxConfig(NamedTuple):
     test_timeout_s: float = 4.0
     cpu_time_s: int = 4
     memory_bytes: int = 1 << 30
-    max_processes: int = 32
+    max_processes: int = 8
     max_file_bytes: int = 16 << 20
     tmpfs_bytes: int = 64 << 20
     max_open_files: int = 256
