@@ -24,6 +24,7 @@ import json
 import logging
 import multiprocessing.connection
 import os
+import pickle
 import re
 import signal
 import socket
@@ -164,7 +165,7 @@ def _on_alarm(signum, frame):
 
 
 def _worker_main(conn, preload: Sequence[str], memory_limit_mb: int | None) -> None:
-    """Loop of one worker process: receive `(task_id, fn, args, soft_timeout_s)`, reply `(task_id, status, value,
+    """Loop of one worker process: receive `(task_id, pickled (fn, args), soft_timeout_s)`, reply `(task_id, status, value,
     error)`. Exits on `None` or when the parent's end of the socket closes (so an orphan never outlives it)."""
     import importlib
 
@@ -191,12 +192,19 @@ def _worker_main(conn, preload: Sequence[str], memory_limit_mb: int | None) -> N
             return
         if msg is None:
             return
-        task_id, fn, args, soft_timeout_s = msg
+        task_id, payload, soft_timeout_s = msg
         # A previous task may have left SIGALRM blocked (C extensions sometimes do), maybe with a stale alarm
         # pending: discard it under SIG_IGN, then re-arm our handler, so the timer works and fires only for us.
         signal.signal(signal.SIGALRM, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
         signal.signal(signal.SIGALRM, _on_alarm)
+        try:
+            # Unpickled here, not by recv(): a function this process cannot import is an error result. Before the
+            # timer: importing the function's module is set-up, not the item's work (the hard deadline still runs).
+            fn, args = pickle.loads(payload)
+        except Exception as e:  # noqa: BLE001
+            conn.send((task_id, "error", None, f"cannot load task in worker: {type(e).__name__}: {str(e)[:300]}"))
+            continue
         try:
             signal.setitimer(signal.ITIMER_REAL, max(float(soft_timeout_s), 1e-3))
             try:
@@ -494,7 +502,12 @@ class MathGrader:
                 if w.ready and w.task is None:
                     i = pending.popleft()
                     try:
-                        w.conn.send((i, fn, tuple(arg_tuples[i]), timeout_s))
+                        payload = pickle.dumps((fn, tuple(arg_tuples[i])), protocol=pickle.HIGHEST_PROTOCOL)
+                    except Exception as e:  # noqa: BLE001 - an unpicklable item fails alone
+                        finish(i, TaskOutcome("error", None, f"cannot send to worker: {type(e).__name__}: {e}"))
+                        continue
+                    try:
+                        w.conn.send((i, payload, timeout_s))
                     except (OSError, ValueError):
                         pending.appendleft(i)  # dead worker: its socket reads EOF below and it is replaced
                         continue
