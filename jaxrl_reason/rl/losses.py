@@ -1,0 +1,606 @@
+"""Per-token log-probs, loss terms (PPO clip, KL to a reference, SFT) and the objective that sums them.
+
+All tensors follow the TokenBatch shift convention (see `rl/batch.py`): position t of `logprobs`, `loss_mask`,
+`advantages`, `old_logprobs` and `ref_logprobs` refers to the target token `tokens[:, t]`.
+
+Exact gradient accumulation
+---------------------------
+A term's loss is `num / den`. `num` is a sum over the term's tokens of per-token losses times aggregation
+weights, so it splits over any partition of rows; `den` is a count (tokens or sequences) over the *whole* batch.
+The trainer computes `counts = batch_counts(full_batch)` once (masks only, no forward pass) and passes it to the
+objective of every micro-batch:
+
+    loss_i, metrics_i = objective(logprobs_i, micro_batch_i, terms, counts=counts)
+    sum_i grad(loss_i) == grad(objective(logprobs, full_batch, terms)[0])     (exactly, up to float rounding)
+    sum_i metrics_i    == full-batch metrics                                    (every metric is num / global den)
+
+So both gradients and metrics are summed, never averaged, across micro-batches. Rows never straddle
+micro-batches, which keeps per-sequence lengths (used by the sequence-mean aggregations) local to a row.
+Without `counts` the objective normalises by the batch it is given, i.e. a single-micro-batch step.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_reason.rl.batch import TASKS, TokenBatch, task_id
+
+# ----------------------------------------------------------------------------------------------------------------
+# Log-probs and entropy from logits (float32 math, optionally chunked over time)
+
+
+def _logprob_block(logits, targets):
+    x = logits.astype(jnp.float32)
+    lse = jax.nn.logsumexp(x, axis=-1)
+    tgt = jnp.take_along_axis(x, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    return tgt - lse
+
+
+def _entropy_block(logits):
+    x = logits.astype(jnp.float32)
+    logp = jax.nn.log_softmax(x, axis=-1)
+    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+def _chunked_over_time(block_fn, arrays, chunk_size: Optional[int]):
+    """Applies `block_fn(*time_slices) -> [B, c] or tuple` over time chunks of `arrays` (all [B, T, ...]).
+
+    Each chunk is rematerialised in the backward pass (jax.checkpoint), so the float32 [B, chunk, V] softmax is
+    the only large temporary, instead of a float32 copy of the whole [B, T, V] logits per saved residual.
+    """
+    B, T = arrays[0].shape[:2]
+    if chunk_size is None or chunk_size >= T:
+        return block_fn(*arrays)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
+    n_full = T // chunk_size
+    body = jax.checkpoint(block_fn)
+
+    def step(_, i):
+        start = i * chunk_size
+        return None, body(*[jax.lax.dynamic_slice_in_dim(a, start, chunk_size, axis=1) for a in arrays])
+
+    _, out = jax.lax.scan(step, None, jnp.arange(n_full))
+    # out leaves: [n_full, B, chunk] -> [B, n_full * chunk]
+    merge = lambda o: jnp.moveaxis(o, 0, 1).reshape(B, n_full * chunk_size)
+    out = jax.tree.map(merge, out)
+    if n_full * chunk_size < T:
+        tail = body(*[a[:, n_full * chunk_size:] for a in arrays])
+        out = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), out, tail)
+    return out
+
+
+def token_logprobs(logits: jax.Array, targets: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
+    """log softmax(logits[b, t])[targets[b, t]] in float32, whatever the logits dtype.
+
+    logits: [batch, time, vocab] (bf16 or f32);  targets: int [batch, time]  ->  float32 [batch, time].
+    No shift is applied; see `next_token_logprobs` for the TokenBatch layout.
+    """
+    chex.assert_rank(logits, 3)
+    chex.assert_shape(targets, logits.shape[:2])
+    return _chunked_over_time(_logprob_block, (logits, targets), chunk_size)
+
+
+def token_entropy(logits: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
+    """Entropy of softmax(logits[b, t]) in float32: [batch, time, vocab] -> [batch, time]. A metric only."""
+    chex.assert_rank(logits, 3)
+    return _chunked_over_time(_entropy_block, (logits,), chunk_size)
+
+
+def next_token_targets(tokens: jax.Array) -> jax.Array:
+    """targets[:, t] = tokens[:, t + 1] (last column 0): what logits[:, t] predicts."""
+    chex.assert_rank(tokens, 2)
+    return jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+
+
+def align_to_targets(x: jax.Array) -> jax.Array:
+    """Moves a per-*predictor* [B, T] array to the TokenBatch per-*target* layout: out[:, t] = x[:, t - 1]."""
+    chex.assert_rank(x, 2)
+    return jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+
+
+def next_token_logprobs(logits: jax.Array, tokens: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
+    """Log-probs in TokenBatch layout: out[:, t] = log p(tokens[:, t] | tokens[:, :t]); out[:, 0] = 0.
+
+    The shift happens on the int targets and the [B, T] result, never on the [B, T, V] logits (no copy).
+    Across a packed-segment boundary the value is meaningless, and the loss mask is 0 there by construction.
+    """
+    return align_to_targets(token_logprobs(logits, next_token_targets(tokens), chunk_size=chunk_size))
+
+
+def next_token_entropy(logits: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
+    """Entropy of the distribution each target token was drawn from, in TokenBatch layout."""
+    return align_to_targets(token_entropy(logits, chunk_size=chunk_size))
+
+
+def token_logprobs_from_hidden(
+    hidden: jax.Array,
+    unembedding: jax.Array,
+    targets: jax.Array,
+    *,
+    chunk_size: Optional[int] = None,
+    with_entropy: bool = False,
+):
+    """Like `token_logprobs`, from final hidden states, without ever holding the full [B, T, V] logits.
+
+    hidden: [batch, time, d_model];  unembedding: [d_model, vocab] (for tied embeddings pass `embedding.T`);
+    targets: int [batch, time]. The matmul accumulates in float32. Returns float32 [batch, time] log-probs, and
+    the entropy (gradient stopped, a metric) when `with_entropy`.
+    """
+    chex.assert_rank(hidden, 3)
+    chex.assert_rank(unembedding, 2)
+    chex.assert_shape(targets, hidden.shape[:2])
+    if unembedding.shape[0] != hidden.shape[-1]:
+        raise ValueError(
+            f"unembedding has shape {unembedding.shape}; expected [d_model={hidden.shape[-1]}, vocab] "
+            "(transpose a [vocab, d_model] embedding table)"
+        )
+
+    def block(h, t):
+        logits = jnp.einsum("btd,dv->btv", h, unembedding, preferred_element_type=jnp.float32)
+        lp = _logprob_block(logits, t)
+        if with_entropy:
+            return lp, jax.lax.stop_gradient(_entropy_block(logits))
+        return lp
+
+    return _chunked_over_time(block, (hidden, targets), chunk_size)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Aggregation: per-token weights (micro-batch local) and denominators (global counts)
+
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+
+
+class LossTerm(NamedTuple):
+    """A loss as numerator and denominator; the loss is num / den. Both float32 scalars."""
+
+    num: jax.Array
+    den: jax.Array
+
+    @property
+    def value(self) -> jax.Array:
+        return safe_divide(self.num, self.den)
+
+
+class Counts(NamedTuple):
+    """Normalisers counted on the full batch, one entry per task id (index = TASKS id).
+
+    tokens:    float32 [num_tasks] trained target tokens (sum of loss_mask) in that task's rows
+    sequences: float32 [num_tasks] sequences (segments) with at least one trained token in that task's rows
+    """
+
+    tokens: jax.Array
+    sequences: jax.Array
+
+
+def safe_divide(num, den):
+    # Counts are integers, so max(den, 1) only changes the 0 / 0 case (a task absent from the batch) to 0.
+    return num / jnp.maximum(den, 1.0)
+
+
+def segment_lengths(mask: jax.Array, segment_ids: jax.Array) -> jax.Array:
+    """[B, T]: for each token, the number of masked tokens in its (row, segment). O(B*T) memory."""
+    B, T = mask.shape
+    seg = jnp.clip(segment_ids.astype(jnp.int32), 0, T)
+    flat = (jnp.arange(B, dtype=jnp.int32)[:, None] * (T + 1) + seg).reshape(-1)
+    sums = jax.ops.segment_sum(mask.reshape(-1).astype(jnp.float32), flat, num_segments=B * (T + 1))
+    return sums[flat].reshape(B, T)
+
+
+def aggregation_weights(
+    mask: jax.Array, segment_ids: jax.Array, aggregation: str, max_len: Optional[int] = None
+) -> jax.Array:
+    """Per-token weights w with num = sum(w * per_token_loss); they depend only on the token's own row.
+
+    token_mean:               w = mask                      (den: trained tokens, DAPO)
+    seq_mean_token_mean:      w = mask / tokens_in_sequence (den: sequences, GRPO)
+    seq_mean_token_sum_norm:  w = mask / max_len            (den: sequences, Dr. GRPO — a fixed length so that
+                                                             long and short answers weigh per token alike)
+    """
+    mask = mask.astype(jnp.float32)
+    if aggregation == "token_mean":
+        return mask
+    if aggregation == "seq_mean_token_mean":
+        return mask / jnp.maximum(segment_lengths(mask, segment_ids), 1.0)
+    if aggregation == "seq_mean_token_sum_norm":
+        if not max_len or max_len <= 0:
+            raise ValueError("aggregation 'seq_mean_token_sum_norm' needs max_len > 0 (the fixed generation length)")
+        return mask / float(max_len)
+    raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
+
+
+def aggregation_denominator(tokens, sequences, aggregation: str):
+    if aggregation == "token_mean":
+        return tokens
+    if aggregation in ("seq_mean_token_mean", "seq_mean_token_sum_norm"):
+        return sequences
+    raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
+
+
+def _row_counts(mask, segment_ids):
+    """Per row: trained tokens and sequences with >= 1 trained token. Both float32 [B]."""
+    mask = mask.astype(jnp.float32)
+    seg_len = segment_lengths(mask, segment_ids)
+    tokens = mask.sum(axis=1)
+    # Each trained token contributes 1 / (its sequence's trained tokens), so a sequence sums to exactly 1.
+    sequences = jnp.where(mask > 0, mask / jnp.maximum(seg_len, 1e-12), 0.0).sum(axis=1)
+    return tokens, sequences
+
+
+def batch_counts(batch: TokenBatch, num_tasks: Optional[int] = None) -> Counts:
+    """Per-task token and sequence counts of a (full) batch; jit-able. Filler rows (task -1) count nowhere."""
+    k = len(TASKS) if num_tasks is None else num_tasks
+    tok, seq = _row_counts(batch.loss_mask, batch.segment_ids)
+    onehot = (batch.task_id[:, None] == jnp.arange(k, dtype=jnp.int32)[None, :]).astype(jnp.float32)
+    return Counts(tokens=onehot.T @ tok, sequences=onehot.T @ seq)
+
+
+def counts_metrics(counts: Counts) -> dict[str, jax.Array]:
+    """`{task}/tokens` and `{task}/sequences` for logging (once per step, not per micro-batch)."""
+    out = {}
+    for name, i in TASKS.items():
+        if i < counts.tokens.shape[0]:
+            out[f"{name}/tokens"] = counts.tokens[i]
+            out[f"{name}/sequences"] = counts.sequences[i]
+    return out
+
+
+def aggregate(
+    per_token: jax.Array,
+    mask: jax.Array,
+    segment_ids: jax.Array,
+    aggregation: str = "token_mean",
+    *,
+    max_len: Optional[int] = None,
+    den: Optional[jax.Array] = None,
+) -> LossTerm:
+    """Reduces a [B, T] per-token loss to LossTerm(num, den). `den` defaults to this batch's own count; pass the
+    full batch's count (see `batch_counts`) when this is a micro-batch."""
+    chex.assert_equal_shape([per_token, mask, segment_ids])
+    w = aggregation_weights(mask, segment_ids, aggregation, max_len)
+    num = jnp.sum(jnp.where(w != 0, per_token * w, 0.0))
+    if den is None:
+        tok, seq = _row_counts(mask, segment_ids)
+        den = aggregation_denominator(tok.sum(), seq.sum(), aggregation)
+    return LossTerm(num=num, den=jnp.asarray(den, jnp.float32))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Per-token loss kernels: (loss [B, T], stats {name: [B, T]}); stats are token-averaged into metrics.
+
+LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: a ratio beyond this is already clipped or a bug, and must not overflow
+
+
+def ppo_clip_per_token(
+    logprobs: jax.Array,
+    old_logprobs: jax.Array,
+    advantages: jax.Array,
+    mask: jax.Array,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: Optional[float] = None,
+):
+    """PPO clipped surrogate, as a loss to minimise: max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)).
+
+    r = exp(logp - old_logp). With eps_high > eps_low this is DAPO's clip-higher. With `dual_clip = c > 1`,
+    tokens with A < 0 have their loss capped at -A * c (the gradient vanishes there), so one very unlikely
+    old-policy token with a huge ratio cannot dominate the step.
+    stats: clip_frac_low (A < 0, r < 1 - eps_low), clip_frac_high (A > 0, r > 1 + eps_high) — the tokens whose
+    gradient the clip removes; dual_clip_frac; approx_kl (k3 estimate of KL(old || new)); ratio_mean.
+    """
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (e.g. 3 or 10), got {dual_clip}")
+    valid = mask != 0
+    # Masked slots may hold garbage old log-probs; zero the log-ratio before exp so neither value nor grad is NaN.
+    log_ratio = jnp.where(valid, logprobs - old_logprobs, 0.0)
+    log_ratio = jnp.clip(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = jnp.exp(log_ratio)
+    adv = jnp.where(valid, advantages, 0.0)
+    unclipped = -adv * ratio
+    clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    loss = jnp.maximum(unclipped, clipped)
+    stats = {
+        "clip_frac_low": ((adv < 0) & (ratio < 1.0 - eps_low)).astype(jnp.float32),
+        "clip_frac_high": ((adv > 0) & (ratio > 1.0 + eps_high)).astype(jnp.float32),
+        "ratio_mean": ratio,
+        "approx_kl": jax.lax.stop_gradient((ratio - 1.0) - log_ratio),
+    }
+    if dual_clip is not None:
+        cap = -adv * dual_clip
+        capped = (adv < 0) & (loss > cap)
+        loss = jnp.where(adv < 0, jnp.minimum(loss, cap), loss)
+        stats["dual_clip_frac"] = capped.astype(jnp.float32)
+    stats = {k: jax.lax.stop_gradient(v) for k, v in stats.items()}
+    return loss, stats
+
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def kl_per_token(logprobs: jax.Array, ref_logprobs: jax.Array, mask: jax.Array, *, estimator: str = "k3"):
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi, with d = logp_ref - logp (Schulman's k1/k2/k3):
+
+    k1 = -d             (unbiased value; as a loss its gradient only pushes log-probs down, not toward ref)
+    k2 = d^2 / 2        (biased value; gradient pulls logp toward logp_ref)
+    k3 = exp(d) - 1 - d (unbiased, always >= 0; gradient pulls toward ref — the GRPO default)
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
+    valid = mask != 0
+    d = jnp.clip(jnp.where(valid, ref_logprobs - logprobs, 0.0), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if estimator == "k1":
+        kl = -d
+    elif estimator == "k2":
+        kl = 0.5 * d**2
+    else:
+        kl = jnp.exp(d) - 1.0 - d
+    return kl, {"kl_ref": jax.lax.stop_gradient(kl)}
+
+
+def sft_per_token(logprobs: jax.Array, mask: jax.Array):
+    """Next-token negative log-likelihood of the target tokens (RL^V verify, supervised verdicts)."""
+    nll = -jnp.where(mask != 0, logprobs, 0.0)
+    return nll, {"nll": jax.lax.stop_gradient(nll), "target_prob": jax.lax.stop_gradient(jnp.exp(-nll))}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Terms: kernels applied to a TokenBatch. A kind maps (logprobs, batch, mask, **options) -> (loss, stats).
+
+
+def _ppo_kernel(logprobs, batch, mask, *, eps_low=0.2, eps_high=0.2, dual_clip=None):
+    return ppo_clip_per_token(logprobs, batch.old_logprobs, batch.advantages, mask,
+                              eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip)
+
+
+def _kl_kernel(logprobs, batch, mask, *, estimator="k3"):
+    if batch.ref_logprobs is None:
+        raise ValueError(
+            "a KL term with weight (beta) > 0 needs TokenBatch.ref_logprobs; run the reference forward pass, or "
+            "set beta = 0 to skip it"
+        )
+    return kl_per_token(logprobs, batch.ref_logprobs, mask, estimator=estimator)
+
+
+def _sft_kernel(logprobs, batch, mask):
+    return sft_per_token(logprobs, mask)
+
+
+Kernel = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
+
+# Extensible: methods may register further kinds (same signature) before building their TermSpecs.
+TERM_KINDS: dict[str, Kernel] = {"ppo_clip": _ppo_kernel, "kl": _kl_kernel, "sft": _sft_kernel}
+# Kinds that read each field; the trainer uses this to skip work (e.g. the reference forward pass).
+_NEEDS_REF = {"kl"}
+
+
+def _apply_term(kernel, logprobs, batch, mask, aggregation, max_len, den, tokens_den, options):
+    loss, stats = kernel(logprobs, batch, mask, **options)
+    term = aggregate(loss, mask, batch.segment_ids, aggregation, max_len=max_len, den=den)
+    if tokens_den is None:
+        tokens_den = jnp.sum(mask.astype(jnp.float32))
+    metrics = {k: safe_divide(jnp.sum(jnp.where(mask != 0, v, 0.0)), tokens_den) for k, v in stats.items()}
+    return term, metrics
+
+
+def _make_term(kind: str):
+    def term(
+        logprobs: jax.Array,
+        batch: TokenBatch,
+        *,
+        mask: Optional[jax.Array] = None,
+        aggregation: str = "token_mean",
+        max_len: Optional[int] = None,
+        den: Optional[jax.Array] = None,
+        tokens_den: Optional[jax.Array] = None,
+        **options,
+    ) -> tuple[LossTerm, dict[str, jax.Array]]:
+        chex.assert_equal_shape([logprobs, batch.loss_mask])
+        mask = batch.loss_mask if mask is None else mask
+        return _apply_term(TERM_KINDS[kind], logprobs, batch, mask, aggregation, max_len, den, tokens_den, options)
+
+    term.__name__ = f"{kind}_term"
+    term.__doc__ = (
+        f"The '{kind}' loss on `batch` (mask defaults to batch.loss_mask): (LossTerm(num, den), token-mean "
+        "metrics). `den` / `tokens_den`: global normalisers for micro-batches (default: this batch's counts). "
+        "Options are passed to the per-token kernel."
+    )
+    return term
+
+
+ppo_clip_term = _make_term("ppo_clip")
+kl_term = _make_term("kl")
+sft_term = _make_term("sft")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Objective: a weighted sum of named terms, each restricted to rows of some tasks
+
+
+class TermSpec(NamedTuple):
+    """One named term of an objective. Hashable, so a tuple of specs is a static jit argument.
+
+    name:        unique; the metric `loss/{name}` reports this term's (unweighted) loss
+    kind:        key of TERM_KINDS ("ppo_clip", "kl", "sft", ...)
+    tasks:       task names whose rows this term trains on
+    weight:      coefficient in the sum (lambda, beta); a weight of 0 removes the term at trace time
+    aggregation: one of AGGREGATIONS
+    max_len:     the fixed length for "seq_mean_token_sum_norm"
+    options:     sorted (key, value) pairs passed to the kernel (eps_low, dual_clip, estimator, ...)
+    """
+
+    name: str
+    kind: str
+    tasks: tuple[str, ...]
+    weight: float = 1.0
+    aggregation: str = "token_mean"
+    max_len: Optional[int] = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+
+def _spec(name, kind, tasks, weight, aggregation, max_len, options) -> TermSpec:
+    if isinstance(tasks, str):
+        tasks = (tasks,)
+    tasks = tuple(tasks)
+    for t in tasks:
+        task_id(t)  # raises on unknown names
+    if kind not in TERM_KINDS:
+        raise ValueError(f"unknown term kind {kind!r}; known: {sorted(TERM_KINDS)}")
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"term {name!r}: unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
+    if aggregation == "seq_mean_token_sum_norm" and not max_len:
+        raise ValueError(f"term {name!r}: aggregation 'seq_mean_token_sum_norm' needs max_len")
+    return TermSpec(name=name, kind=kind, tasks=tasks, weight=float(weight), aggregation=aggregation,
+                    max_len=max_len, options=tuple(sorted(options.items())))
+
+
+def pg_spec(tasks=("solve",), *, name: str = "pg", weight: float = 1.0, aggregation: str = "token_mean",
+            max_len: Optional[int] = None, eps_low: float = 0.2, eps_high: float = 0.2,
+            dual_clip: Optional[float] = None) -> TermSpec:
+    """PPO-clip policy-gradient term (GRPO/DAPO/CURE/CIPO rows)."""
+    return _spec(name, "ppo_clip", tasks, weight, aggregation, max_len,
+                 {"eps_low": float(eps_low), "eps_high": float(eps_high),
+                  "dual_clip": None if dual_clip is None else float(dual_clip)})
+
+
+def kl_spec(tasks=("solve",), *, beta: float, estimator: str = "k3", name: str = "kl",
+            aggregation: str = "token_mean", max_len: Optional[int] = None) -> TermSpec:
+    """KL-to-reference penalty with coefficient beta; beta = 0 drops it (and the need for ref_logprobs)."""
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
+    return _spec(name, "kl", tasks, beta, aggregation, max_len, {"estimator": estimator})
+
+
+def sft_spec(tasks=("verify",), *, name: str = "sft", weight: float = 1.0, aggregation: str = "token_mean",
+             max_len: Optional[int] = None) -> TermSpec:
+    """Next-token NLL term (RL^V verify with weight lambda; supervised verdicts)."""
+    return _spec(name, "sft", tasks, weight, aggregation, max_len, {})
+
+
+def active_terms(terms: Sequence[TermSpec]) -> tuple[TermSpec, ...]:
+    return tuple(t for t in terms if t.weight != 0.0)
+
+
+def needs_reference(terms: Sequence[TermSpec]) -> bool:
+    """Whether any active term reads ref_logprobs; when False the trainer skips the reference forward pass."""
+    return any(t.kind in _NEEDS_REF for t in active_terms(terms))
+
+
+def _check_terms(terms):
+    if not isinstance(terms, tuple) or not all(isinstance(t, TermSpec) for t in terms):
+        raise TypeError("terms must be a tuple of TermSpec (build them with pg_spec / kl_spec / sft_spec)")
+    names = [t.name for t in terms]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"term names must be unique; repeated: {dup}")
+
+
+def _per_task_token_means(stats, mask, row_task, ids, counts):
+    """{stat: [len(ids)]} token means per task, as one contraction over a row one-hot instead of a reduction
+    per (task, stat) pair, which keeps the compiled program small when there are many metrics."""
+    names = list(stats)
+    stacked = jnp.stack([jnp.where(mask != 0, stats[k], 0.0).sum(axis=1) for k in names])  # [S, B]
+    onehot = (row_task[:, None] == jnp.asarray(ids, jnp.int32)[None, :]).astype(jnp.float32)  # [B, K']
+    sums = stacked @ onehot  # [S, K']
+    means = safe_divide(sums, counts.tokens[jnp.asarray(ids, jnp.int32)][None, :])
+    return {k: means[j] for j, k in enumerate(names)}
+
+
+def objective(
+    logprobs: jax.Array,
+    batch: TokenBatch,
+    terms: tuple[TermSpec, ...],
+    *,
+    counts: Optional[Counts] = None,
+    entropy: Optional[jax.Array] = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """loss = sum_k weight_k * num_k / den_k over the active terms, and metrics.
+
+    logprobs: float32 [batch, time] in TokenBatch layout (`next_token_logprobs`).
+    terms:    static tuple of TermSpec.
+    counts:   `batch_counts(full_batch)` when `batch` is a micro-batch (see the module docstring); default: the
+              counts of `batch` itself.
+    entropy:  optional [batch, time] (TokenBatch layout) for `{task}/entropy` metrics.
+
+    Metrics (all additive over micro-batches given global counts):
+      loss/total, loss/{term}        the total and each term's unweighted loss
+      {task}/{stat}                  token means per task of each term's stats (e.g. solve/clip_frac_high,
+                                     solve/kl_ref, verify/nll), and {task}/entropy
+    """
+    _check_terms(terms)
+    chex.assert_equal_shape([logprobs, batch.loss_mask])
+    if counts is None:
+        counts = batch_counts(batch)
+    k = counts.tokens.shape[0]
+    mask_all = batch.loss_mask.astype(jnp.float32)
+    total = jnp.zeros((), jnp.float32)
+    metrics: dict[str, jax.Array] = {}
+
+    def task_mask(ids):
+        rows = jnp.zeros(batch.task_id.shape, bool)
+        for i in ids:
+            rows = rows | (batch.task_id == i)
+        return mask_all * rows[:, None].astype(jnp.float32)
+
+    seen_tasks: list[str] = []
+    for spec in active_terms(terms):
+        ids = [task_id(t) for t in spec.tasks]
+        if max(ids) >= k:
+            raise ValueError(f"term {spec.name!r}: task id {max(ids)} >= counts size {k}; recompute batch_counts "
+                             "after registering tasks")
+        idx = jnp.asarray(ids, jnp.int32)
+        den = aggregation_denominator(counts.tokens[idx].sum(), counts.sequences[idx].sum(), spec.aggregation)
+        options = dict(spec.options)
+        kernel = TERM_KINDS[spec.kind]
+        mask = task_mask(ids)
+        loss_tok, stats = kernel(logprobs, batch, mask, **options)
+        term = aggregate(loss_tok, mask, batch.segment_ids, spec.aggregation, max_len=spec.max_len, den=den)
+        value = term.value
+        metrics[f"loss/{spec.name}"] = value
+        total = total + spec.weight * value
+        per_task = _per_task_token_means(stats, mask, batch.task_id, ids, counts)
+        for t, i in zip(spec.tasks, ids):
+            for stat in stats:
+                key = f"{t}/{stat}"
+                if key in metrics:
+                    raise ValueError(f"metric {key!r} is produced by two terms; give one of them other tasks")
+                metrics[key] = per_task[stat][ids.index(i)]
+            if t not in seen_tasks:
+                seen_tasks.append(t)
+    if entropy is not None and seen_tasks:
+        chex.assert_equal_shape([entropy, batch.loss_mask])
+        ids = [task_id(t) for t in seen_tasks]
+        ent = {"entropy": jax.lax.stop_gradient(entropy.astype(jnp.float32))}
+        per_task = _per_task_token_means(ent, task_mask(ids), batch.task_id, ids, counts)
+        for j, t in enumerate(seen_tasks):
+            metrics[f"{t}/entropy"] = per_task["entropy"][j]
+    metrics["loss/total"] = total
+    return total, metrics
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Non-finite guard
+
+
+def finite_flags(metrics: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+    """bool scalar per term (from the `loss/{term}` metrics; `total` included): True where the loss is finite.
+
+    Jit-able; the trainer refuses the step when any flag is False and names the term(s) with `nonfinite_terms`.
+    """
+    return {k[len("loss/"):]: jnp.isfinite(v) for k, v in metrics.items() if k.startswith("loss/")}
+
+
+def nonfinite_terms(flags: Mapping[str, Any]) -> list[str]:
+    """Host side: names of the terms whose flag is False (empty when the step is safe)."""
+    return sorted(k for k, v in flags.items() if not bool(np.asarray(v)))
+
+
+def tree_is_finite(tree) -> jax.Array:
+    """bool scalar: every leaf of a pytree (e.g. gradients) is finite."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
