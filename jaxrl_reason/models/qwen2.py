@@ -5,7 +5,8 @@
                  ─ RMSNorm ─ lm_head (or the tied embedding) ─ logits
 
 The L decoder layers are stored *stacked* (every parameter has a leading [layers] axis) and run under
-`lax.scan`, so compile time does not grow with depth; `scan_layers=False` unrolls the same parameters.
+`lax.scan` in training, so compile time does not grow with depth; `scan_layers=False` unrolls the same
+parameters. Decoding with a KV cache always unrolls (per-layer cache buffers update in place).
 
 Attention works in two modes with one code path:
 - training / scoring: `model(tokens, positions, segment_ids)` — causal attention inside each segment
@@ -101,22 +102,33 @@ class ModelConfig:
 class KVCache(NamedTuple):
     """Keys/values of every layer for `slots` positions; slot order is time order.
 
-    k, v:  [layers, batch, slots, kv_heads, head_dim]
+    k:     one array per layer, [batch, kv_heads, head_dim, slots] — keys stored transposed, so attention
+           scores are a plain (non-transposed) batched matmul, several times faster on CPU than the alternative
+    v:     one array per layer, [batch, kv_heads, slots, head_dim]
     valid: [batch, slots] bool — the slot holds a real (non-padding) token
     index: [] int32 — the next slot to write (all rows write the same slot; rows differ by position ids)
+
+    Per-layer arrays (not one stacked [layers, ...] array) let XLA update each in place inside the decode loop;
+    slicing a stacked cache per layer costs a full copy per step.
     """
 
-    k: jax.Array
-    v: jax.Array
+    k: tuple
+    v: tuple
     valid: jax.Array
     index: jax.Array
 
     @staticmethod
     def zeros(cfg: ModelConfig, batch: int, slots: int, dtype=None) -> "KVCache":
         dtype = as_dtype(dtype or cfg.dtype)
-        shape = (cfg.num_hidden_layers, batch, slots, cfg.num_key_value_heads, cfg.dim_per_head)
-        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch, slots), bool),
-                       jnp.zeros((), jnp.int32))
+        nkv, d, n = cfg.num_key_value_heads, cfg.dim_per_head, cfg.num_hidden_layers
+        return KVCache(tuple(jnp.zeros((batch, nkv, d, slots), dtype) for _ in range(n)),
+                       tuple(jnp.zeros((batch, nkv, slots, d), dtype) for _ in range(n)),
+                       jnp.zeros((batch, slots), bool), jnp.zeros((), jnp.int32))
+
+    def repeat(self, n: int) -> "KVCache":
+        """Each row repeated n times (row-major): the shared prefill of n samples of one prompt."""
+        rep = lambda a: jnp.repeat(a, n, axis=0)
+        return KVCache(tuple(map(rep, self.k)), tuple(map(rep, self.v)), rep(self.valid), self.index)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -201,28 +213,31 @@ class Attention(nnx.Module):
         self.dtype = dt
 
     def __call__(self, x, positions, inv_freq, mask, kv: Optional[tuple] = None, index=None):
-        """x [B,T,H]; mask [B,T,S] bool. With `kv=(k_cache, v_cache)` ([B,S,KVH,D]) the new keys/values are
-        written at slots index..index+T-1 and attention runs over all S slots; returns (out, (k, v))."""
+        """x [B,T,H]; mask [B,T,S] bool. With `kv=(k_cache [B,KVH,D,S], v_cache [B,KVH,S,D])` the new keys and
+        values are written at slots index..index+T-1 and attention runs over all S slots; returns (out, (k, v))."""
         b, t, _ = x.shape
-        q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        nkv, g, d = self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim
+        q = self.q_proj(x).reshape(b, t, self.num_heads, d)
+        k = self.k_proj(x).reshape(b, t, nkv, d)
+        v = self.v_proj(x).reshape(b, t, nkv, d)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+        # Query head h = kv_head * g + j uses key/value head kv_head (HF's repeat_kv order).
+        q = q.reshape(b, t, nkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, nkv, g * t, d)
+        k = k.transpose(0, 2, 3, 1)  # [B, KVH, D, T]
+        v = v.transpose(0, 2, 1, 3)  # [B, KVH, T, D]
         if kv is not None:
             k_cache, v_cache = kv
-            k = jax.lax.dynamic_update_slice_in_dim(k_cache, k.astype(k_cache.dtype), index, axis=1)
-            v = jax.lax.dynamic_update_slice_in_dim(v_cache, v.astype(v_cache.dtype), index, axis=1)
-        groups = self.num_heads // self.num_kv_heads
-        q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
-        scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(self.dtype), preferred_element_type=jnp.float32)
-        scores = scores / math.sqrt(self.head_dim)
+            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, index))
+            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, 0, index, 0))
+        scores = jnp.einsum("bkqd,bkds->bkqs", q, k.astype(self.dtype), preferred_element_type=jnp.float32)
+        scores = scores.reshape(b, nkv, g, t, -1) / math.sqrt(d)
         scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(self.dtype))
-        out = self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim))
-        return out, ((k, v) if kv is not None else None)
+        probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype).reshape(b, nkv, g * t, -1)
+        out = jnp.einsum("bkqs,bksd->bkqd", probs, v.astype(self.dtype))
+        out = out.reshape(b, nkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * d)
+        return self.o_proj(out), ((k, v) if kv is not None else None)
 
 
 class MLP(nnx.Module):
@@ -286,7 +301,8 @@ class Qwen2(nnx.Module):
         self.lm_head = None if cfg.tie_word_embeddings else Linear(
             cfg.hidden_size, cfg.vocab_size, bias=False, rngs=rngs, param_dtype=pd, dtype=dt)
 
-    def hidden_states(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None):
+    def hidden_states(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None,
+                      layer_params: Optional[list] = None):
         """Final-norm hidden states [B,T,H] (and the updated cache). See the module docstring for the modes."""
         cfg = self.config
         chex.assert_rank([tokens, positions], 2)
@@ -308,40 +324,38 @@ class Qwen2(nnx.Module):
         inv_freq = rope_inv_freq(cfg)
         graphdef, layer_state = nnx.split(self.layers)
 
-        def layer_fn(x, layer_params, kv):
-            layer = nnx.merge(graphdef, layer_params)
+        def run_layer(x, params, kv):
+            layer = nnx.merge(graphdef, params)
             return layer(x, positions, inv_freq, mask, kv, None if cache is None else cache.index)
 
-        if cache is None:
-            if cfg.scan_layers:
-                x, _ = jax.lax.scan(lambda x, p: (layer_fn(x, p, None)[0], None), x, layer_state)
-            else:
-                for i in range(cfg.num_hidden_layers):
-                    x, _ = layer_fn(x, jax.tree.map(lambda a: a[i], layer_state), None)
-            new_cache = None
-        else:
-            if cfg.scan_layers:
-                def body(x, xs):
-                    p, k, v = xs
-                    x, (k, v) = layer_fn(x, p, (k, v))
-                    return x, (k, v)
-                x, (ks, vs) = jax.lax.scan(body, x, (layer_state, cache.k, cache.v))
-            else:
-                ks, vs = [], []
-                for i in range(cfg.num_hidden_layers):
-                    x, (k, v) = layer_fn(x, jax.tree.map(lambda a: a[i], layer_state), (cache.k[i], cache.v[i]))
-                    ks.append(k), vs.append(v)
-                ks, vs = jnp.stack(ks), jnp.stack(vs)
-            new_cache = KVCache(ks, vs, valid, cache.index + t)
+        if cache is None and cfg.scan_layers:
+            x, _ = jax.lax.scan(lambda x, p: (run_layer(x, p, None)[0], None), x, layer_state)
+            return self.norm(x), None
+        # Unrolled: always with a cache (see KVCache), or when asked for. `layer_params` lets a decode loop
+        # slice the stacked weights once, outside the loop, instead of once per step.
+        if layer_params is None:
+            layer_params = self.unstack_layers()
+        ks, vs = [], []
+        for i in range(cfg.num_hidden_layers):
+            x, kv = run_layer(x, layer_params[i], None if cache is None else (cache.k[i], cache.v[i]))
+            if kv is not None:
+                ks.append(kv[0]), vs.append(kv[1])
+        new_cache = None if cache is None else KVCache(tuple(ks), tuple(vs), valid, cache.index + t)
         return self.norm(x), new_cache
+
+    def unstack_layers(self) -> list:
+        """Per-layer parameter states sliced from the stacked layers."""
+        layer_state = nnx.state(self.layers)
+        return [jax.tree.map(lambda a: a[i], layer_state) for i in range(self.config.num_hidden_layers)]
 
     def logits_from_hidden(self, h):
         if self.lm_head is None:
             return self.embed_tokens.attend(h).astype(jnp.float32)
         return self.lm_head(h).astype(jnp.float32)
 
-    def __call__(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None):
-        h, new_cache = self.hidden_states(tokens, positions, segment_ids, cache)
+    def __call__(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None,
+                 layer_params: Optional[list] = None):
+        h, new_cache = self.hidden_states(tokens, positions, segment_ids, cache, layer_params)
         logits = self.logits_from_hidden(h)
         return logits if cache is None else (logits, new_cache)
 

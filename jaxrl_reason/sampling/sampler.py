@@ -90,9 +90,8 @@ def prefill(graphdef, state, tokens, lengths, *, num_samples: int, max_new_token
     h, cache = model.hidden_states(tokens, positions_from_mask(mask), mask, cache=cache)
     last = model.logits_from_hidden(h[:, -1:, :])[:, 0]
     if num_samples > 1:
-        rep = functools.partial(jnp.repeat, repeats=num_samples)
-        cache = KVCache(rep(cache.k, axis=1), rep(cache.v, axis=1), rep(cache.valid, axis=0), cache.index)
-        last = rep(last, axis=0)
+        cache = cache.repeat(num_samples)
+        last = jnp.repeat(last, num_samples, axis=0)
     return cache, last
 
 
@@ -102,6 +101,7 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
     XLA updates it in place instead of copying it each call."""
     model: Qwen2 = nnx.merge(graphdef, state)
     max_new = carry.tokens.shape[1]
+    layer_params = model.unstack_layers()  # sliced once here, not once per step inside the loop
 
     def cond(c: _Carry):
         return (c.step < end_step) & ~jnp.all(c.done)
@@ -121,7 +121,8 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
         out_of_room = live & ~hit & (c.step + 1 >= max_new)
         finish = jnp.where(out_of_room, FINISH_LENGTH, finish)
         done = c.done | hit | out_of_room
-        logits, cache = model(tok[:, None], c.positions[:, None], live[:, None].astype(jnp.int32), cache=c.cache)
+        logits, cache = model(tok[:, None], c.positions[:, None], live[:, None].astype(jnp.int32), cache=c.cache,
+                              layer_params=layer_params)
         return _Carry(cache, logits[:, 0], tokens, logprobs, sampling_logprobs, done, finish, lengths,
                       c.positions + 1, c.step + 1, key)
 
