@@ -11,7 +11,7 @@ the bottom are host-side numpy, because refilling means calling the sampler agai
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple
 
 import chex
 import jax

@@ -14,9 +14,17 @@ objective of every micro-batch:
     sum_i grad(loss_i) == grad(objective(logprobs, full_batch, terms)[0])     (exactly, up to float rounding)
     sum_i metrics_i    == full-batch metrics                                    (every metric is num / global den)
 
-So both gradients and metrics are summed, never averaged, across micro-batches. Rows never straddle
+So both gradients and metrics are summed, never averaged, across micro-batches (inside one jit: stack the
+micro-batches with `batch.stack_micro_batches` and `lax.scan` over them, as tests/test_losses.py does). Rows never straddle
 micro-batches, which keeps per-sequence lengths (used by the sequence-mean aggregations) local to a row.
 Without `counts` the objective normalises by the batch it is given, i.e. a single-micro-batch step.
+
+A GRPO^V step, for instance, is
+
+    terms = (pg_spec(("solve",), aggregation="seq_mean_token_mean"),
+             sft_spec(("verify",), weight=lam),
+             kl_spec(("solve",), beta=beta))          # beta = 0: no reference forward (needs_reference)
+    loss, metrics = objective(next_token_logprobs(logits, batch.tokens), batch, terms, counts=counts)
 """
 from __future__ import annotations
 
@@ -375,8 +383,8 @@ Kernel = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
 
 # Extensible: methods may register further kinds (same signature) before building their TermSpecs.
 TERM_KINDS: dict[str, Kernel] = {"ppo_clip": _ppo_kernel, "kl": _kl_kernel, "sft": _sft_kernel}
-# Kinds that read each field; the trainer uses this to skip work (e.g. the reference forward pass).
-_NEEDS_REF = {"kl"}
+# Kinds that read TokenBatch.ref_logprobs; add a new kind here if it does, so `needs_reference` stays right.
+KINDS_NEEDING_REFERENCE: set[str] = {"kl"}
 
 
 def _apply_term(kernel, logprobs, batch, mask, aggregation, max_len, den, tokens_den, options):
@@ -488,7 +496,7 @@ def active_terms(terms: Sequence[TermSpec]) -> tuple[TermSpec, ...]:
 
 def needs_reference(terms: Sequence[TermSpec]) -> bool:
     """Whether any active term reads ref_logprobs; when False the trainer skips the reference forward pass."""
-    return any(t.kind in _NEEDS_REF for t in active_terms(terms))
+    return any(t.kind in KINDS_NEEDING_REFERENCE for t in active_terms(terms))
 
 
 def _check_terms(terms):
