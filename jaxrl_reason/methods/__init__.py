@@ -1,0 +1,19 @@
+"""Methods turn rollouts into task rows; `make_method(config)` builds one from an ml_collections config."""
+from __future__ import annotations
+
+from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
+
+METHODS = {"grpo": GRPO}
+
+
+def make_method(cfg):
+    """cfg: a ConfigDict/dict with `name`, `estimator`, `estimator_kwargs` and the PolicyLossConfig fields."""
+    name = cfg["name"]
+    if name not in METHODS:
+        raise ValueError(f"config method.name={name!r} is unknown; available: {sorted(METHODS)}")
+    loss = PolicyLossConfig(aggregation=cfg["aggregation"], max_len=cfg.get("max_len") or None,
+                            eps_low=cfg["eps_low"], eps_high=cfg["eps_high"], dual_clip=cfg.get("dual_clip") or None,
+                            beta=cfg["beta"], kl_estimator=cfg["kl_estimator"])
+    extra = {k: v for k, v in dict(cfg.get("extra", {}) or {}).items()}
+    return METHODS[name](estimator=cfg["estimator"], loss=loss, **dict(cfg.get("estimator_kwargs", {}) or {}),
+                         **extra)

@@ -1,0 +1,86 @@
+"""The embedded CPU default: a tiny Qwen2-architecture model trained from scratch on built-in arithmetic with
+worked solutions (SFT warm-up), then GRPO; no download of any kind. ~15 minutes on 2 CPU cores.
+
+    python experiments/train.py --config experiments/configs/tiny_default.py [--config.rl.steps=50 ...]
+"""
+import ml_collections
+
+
+def get_config():
+    c = ml_collections.ConfigDict()
+    c.workdir = "runs/tiny_default"  # checkpoints, logs, plots, final HF checkpoint; an existing run resumes
+    c.seed = 0  # seeds model init, data order and sampling
+
+    c.model = ml_collections.ConfigDict()
+    c.model.hf_path = ""  # an HF Qwen2/Qwen2.5/Qwen3/Llama directory; empty = the tiny model below, from scratch
+    c.model.dtype = "float32"  # parameter storage dtype
+    c.model.compute_dtype = ""  # activation/matmul dtype; empty = same as dtype
+    c.model.hidden_size = 128  # tiny model width
+    c.model.num_hidden_layers = 4  # tiny model depth
+    c.model.num_attention_heads = 4  # query heads
+    c.model.num_key_value_heads = 2  # KV heads (grouped-query attention)
+    c.model.intermediate_size = 384  # SwiGLU hidden size
+    c.model.max_position_embeddings = 512  # context length
+    c.model.tie_word_embeddings = True  # share embedding and output matrices
+
+    c.tokenizer = ml_collections.ConfigDict()
+    c.tokenizer.path = ""  # a local HF tokenizer directory; empty = train a small BPE on the task's text
+    c.tokenizer.vocab_size = 384  # size of the trained BPE (only when path is empty)
+
+    c.data = ml_collections.ConfigDict()
+    c.data.source = "arithmetic"  # arithmetic | reasoning_gym | file
+    c.data.train_size = 20000  # generated training problems (arithmetic / reasoning_gym)
+    c.data.heldout_size = 256  # held-out problems for before/after accuracy (disjoint questions)
+    c.data.min_digits = 1  # arithmetic: digits per operand, lower bound
+    c.data.max_digits = 2  # arithmetic: digits per operand, upper bound
+    c.data.min_operands = 3  # arithmetic: operands per expression, lower bound
+    c.data.max_operands = 3  # arithmetic: operands per expression, upper bound
+    c.data.operations = "+-"  # arithmetic: operators to draw from
+    c.data.task = ""  # reasoning_gym task name (source=reasoning_gym)
+    c.data.path = ""  # JSONL/Parquet/HF-datasets directory (source=file)
+    c.data.heldout_path = ""  # optional separate held-out file (source=file); else split off train
+    c.data.question_field = "question"  # field names for source=file
+    c.data.answer_field = "answer"
+
+    c.sft = ml_collections.ConfigDict()
+    c.sft.steps = 300  # supervised warm-up steps on worked solutions (0 = none)
+    c.sft.batch_size = 32
+    c.sft.lr = 3e-3
+    c.sft.warmup_steps = 20
+    c.sft.examples = 3000  # how many training problems the warm-up sees (the rest are left for RL)
+
+    c.method = ml_collections.ConfigDict()
+    c.method.name = "grpo"  # grpo (rlv, cure, cipo once available)
+    c.method.estimator = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | grpo_batch_std
+    c.method.estimator_kwargs = ml_collections.ConfigDict()  # e.g. {"ddof": 0}
+    c.method.aggregation = "seq_mean_token_mean"  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
+    c.method.max_len = 0  # fixed length for seq_mean_token_sum_norm (0 = rl.max_new_tokens)
+    c.method.eps_low = 0.2  # PPO clip below 1
+    c.method.eps_high = 0.2  # PPO clip above 1 (clip-higher when > eps_low)
+    c.method.dual_clip = 0.0  # dual-clip constant for negative advantages (0 = off)
+    c.method.beta = 0.0  # KL-to-reference coefficient (0 = no reference model at all)
+    c.method.kl_estimator = "k3"  # k1 | k2 | k3
+    c.method.extra = ml_collections.ConfigDict()  # method-specific knobs (e.g. rlv's verify_weight)
+
+    c.rl = ml_collections.ConfigDict()
+    c.rl.steps = 150  # RL steps
+    c.rl.prompts_per_step = 16  # Q
+    c.rl.samples_per_prompt = 8  # G
+    c.rl.max_new_tokens = 160  # completion budget
+    c.rl.temperature = 1.0
+    c.rl.top_p = 1.0
+    c.rl.top_k = 0
+    c.rl.num_iterations = 1  # updates per batch
+    c.rl.micro_batches = 1
+    c.rl.lr = 5e-4
+    c.rl.warmup_steps = 0
+    c.rl.schedule = "constant"
+    c.rl.weight_decay = 0.0
+    c.rl.clip_norm = 1.0
+    c.rl.dynamic_sampling = False  # DAPO dynamic sampling
+    c.rl.dynamic_sampling_max_rounds = 4
+    c.rl.checkpoint_every = 25
+    c.rl.eval_every = 0  # periodic held-out eval during RL (0 = only before/after)
+    c.rl.eval_batch_size = 128
+    c.rl.progress = True
+    return c

@@ -1,0 +1,226 @@
+"""Train a reasoner with RL from verifiable rewards.
+
+    python experiments/train.py                                            # the embedded CPU default
+    python experiments/train.py --config experiments/configs/grpo.py --config.rl.steps=20
+    python experiments/train.py --config experiments/configs/tiny_default.py --config.workdir=/tmp/run
+
+Phases: (tokenizer) -> (model) -> optional SFT warm-up -> held-out accuracy -> RL -> held-out accuracy,
+then a table, a reward/accuracy plot and the final checkpoint in Hugging Face format (`<workdir>/final`).
+A workdir that already holds a run resumes it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny_default.py"),
+    "Path to an ml_collections config file (get_config()).")
+
+
+def build_data(cfg):
+    """-> (train examples, held-out examples, reward_fn(texts, examples) -> RewardResult)."""
+    from jaxrl_reason.data.datasets import load_examples, split_train_heldout
+    from jaxrl_reason.rewards.math import math_reward
+
+    d = cfg.data
+    def math_fn(texts, examples):
+        return math_reward(texts, [e.answer for e in examples])
+    if d.source == "arithmetic":
+        from jaxrl_reason.data.arithmetic import ArithmeticConfig, arithmetic_examples
+
+        acfg = ArithmeticConfig(min_digits=d.min_digits, max_digits=d.max_digits, min_operands=d.min_operands,
+                                max_operands=d.max_operands, operations=tuple(d.operations))
+        pool = arithmetic_examples(d.train_size + 4 * d.heldout_size, seed=cfg.seed, config=acfg)
+        train, heldout = split_train_heldout(pool, d.heldout_size / len(pool), salt="heldout")
+        return train, heldout[:d.heldout_size], math_fn
+    if d.source == "reasoning_gym":
+        from jaxrl_reason.data.procedural import reasoning_gym_examples, reasoning_gym_reward
+
+        if not d.task:
+            raise ValueError("config data.task must name a reasoning_gym task when data.source=reasoning_gym")
+        pool = reasoning_gym_examples(d.task, d.train_size + 4 * d.heldout_size, seed=cfg.seed)
+        train, heldout = split_train_heldout(pool, d.heldout_size / len(pool), salt="heldout")
+        return train, heldout[:d.heldout_size], lambda t, e: reasoning_gym_reward(t, e)
+    if d.source == "file":
+        if not d.path:
+            raise ValueError("config data.path must be set when data.source=file")
+        fields = dict(question_field=d.question_field, answer_field=d.answer_field)
+        train = load_examples(d.path, **fields)
+        if d.heldout_path:
+            heldout = load_examples(d.heldout_path, **fields)[:d.heldout_size]
+        else:
+            train, heldout = split_train_heldout(train, d.heldout_size / len(train), salt="heldout")
+        return train, heldout, math_fn
+    raise ValueError(f"config data.source={d.source!r} is unknown; use arithmetic | reasoning_gym | file")
+
+
+def build_tokenizer(cfg, train, workdir):
+    from jaxrl_reason.data.prompts import solve_prompt
+    from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
+    from jaxrl_reason.tokenization import Tokenizer
+
+    if cfg.tokenizer.path:
+        return Tokenizer.from_pretrained(cfg.tokenizer.path)
+    path = os.path.join(workdir, "tokenizer")
+    if os.path.exists(os.path.join(path, "tokenizer.json")):
+        return Tokenizer.from_pretrained(path)
+    texts = []
+    for e in train[:5000]:
+        texts.append(solve_prompt(e.question))
+        texts.append(e.solution or e.answer)
+    return train_tiny_tokenizer(texts, path, vocab_size=cfg.tokenizer.vocab_size)
+
+
+def build_model(cfg, tokenizer, workdir):
+    from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.models.qwen2 import ModelConfig, init_model
+
+    m = cfg.model
+    if m.hf_path:
+        return load_pretrained(m.hf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)
+    mc = ModelConfig(vocab_size=tokenizer.vocab_size, hidden_size=m.hidden_size,
+                     intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
+                     num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
+                     max_position_embeddings=m.max_position_embeddings, tie_word_embeddings=m.tie_word_embeddings,
+                     rope_theta=10000.0, param_dtype=m.dtype, dtype=m.compute_dtype or m.dtype)
+    return init_model(mc, seed=cfg.seed)
+
+
+def trainer_config(cfg):
+    from jaxrl_reason.train.trainer import TrainerConfig
+
+    r = cfg.rl
+    return TrainerConfig(
+        steps=r.steps, prompts_per_step=r.prompts_per_step, samples_per_prompt=r.samples_per_prompt,
+        max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+        num_iterations=r.num_iterations, micro_batches=r.micro_batches, lr=r.lr, warmup_steps=r.warmup_steps,
+        schedule=r.schedule, weight_decay=r.weight_decay, clip_norm=r.clip_norm,
+        dynamic_sampling=r.dynamic_sampling, dynamic_sampling_max_rounds=r.dynamic_sampling_max_rounds,
+        seed=cfg.seed, checkpoint_every=r.checkpoint_every, eval_every=r.eval_every,
+        eval_batch_size=r.eval_batch_size, progress=r.progress)
+
+
+def plot_curves(history_path, out_png, before, after):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from jaxrl_reason.train.metrics import read_metrics
+
+    rows = [r for r in read_metrics(history_path) if "reward/mean" in r]
+    if not rows:
+        return
+    steps = np.array([r["step"] for r in rows])
+    reward = np.array([r["reward/mean"] for r in rows])
+    k = max(1, len(rows) // 20)
+    smooth = np.convolve(reward, np.ones(k) / k, mode="valid")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, reward, alpha=0.3, label="train reward (per step)")
+    ax.plot(steps[k - 1:], smooth, label=f"train reward ({k}-step mean)")
+    ax.axhline(before, color="gray", ls="--", label=f"held-out acc. before RL ({before:.1%})")
+    ax.axhline(after, color="green", ls="--", label=f"held-out acc. after RL ({after:.1%})")
+    evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="held-out accuracy")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("reward / accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+
+
+def run(cfg) -> dict:
+    from jaxrl_reason.methods import make_method
+    from jaxrl_reason.models.hf_port import load_pretrained, save_pretrained
+    from jaxrl_reason.train.metrics import MetricsWriter
+    from jaxrl_reason.train.trainer import Trainer, evaluate_accuracy, sft_train
+
+    t_start = time.time()
+    workdir = os.path.abspath(cfg.workdir)
+    os.makedirs(workdir, exist_ok=True)
+    results_path = os.path.join(workdir, "results.json")
+    results = json.load(open(results_path)) if os.path.exists(results_path) else {}
+
+    train, heldout, reward_fn = build_data(cfg)
+    tokenizer = build_tokenizer(cfg, train, workdir)
+    print(f"data: {len(train)} train / {len(heldout)} held-out problems; vocab {tokenizer.vocab_size}")
+
+    sft_dir = os.path.join(workdir, "sft_model")
+    if cfg.sft.steps > 0 and os.path.exists(os.path.join(sft_dir, "config.json")):
+        model = load_pretrained(sft_dir, dtype=cfg.model.dtype, compute_dtype=cfg.model.compute_dtype or None)
+    else:
+        model = build_model(cfg, tokenizer, workdir)
+        if cfg.sft.steps > 0:
+            writer = MetricsWriter(os.path.join(workdir, "logs_sft"))
+            t = time.time()
+            sft_train(model, tokenizer, train[:cfg.sft.examples], steps=cfg.sft.steps, batch_size=cfg.sft.batch_size,
+                      lr=cfg.sft.lr, warmup_steps=cfg.sft.warmup_steps, seed=cfg.seed, writer=writer,
+                      progress=cfg.rl.progress)
+            writer.close()
+            results["sft_seconds"] = time.time() - t
+            save_pretrained(model, sft_dir)
+    rl_train = train[cfg.sft.examples:] if cfg.sft.steps > 0 else train
+
+    def heldout_acc(params=None):
+        from flax import nnx
+        return evaluate_accuracy(model, params if params is not None else nnx.state(model), tokenizer, heldout,
+                                 reward_fn, max_new_tokens=cfg.rl.max_new_tokens,
+                                 batch_size=cfg.rl.eval_batch_size, progress=cfg.rl.progress)
+
+    if "before" not in results:
+        results["before"] = heldout_acc()
+        json.dump(results, open(results_path, "w"), indent=2)
+    print(f"held-out accuracy before RL: {results['before']['accuracy']:.1%}")
+
+    method = make_method(cfg.method if cfg.method.max_len else {**cfg.method.to_dict(),
+                                                                 "max_len": cfg.rl.max_new_tokens})
+    trainer = Trainer(model, tokenizer, method, rl_train, reward_fn, trainer_config(cfg), workdir,
+                      eval_examples=heldout)
+    t = time.time()
+    trainer.run()
+    results["rl_seconds"] = results.get("rl_seconds", 0.0) + time.time() - t
+    results["rl_steps"] = cfg.rl.steps
+    results["after"] = heldout_acc(trainer.state.params)
+    trainer.close()
+
+    final = os.path.join(workdir, "final")
+    save_pretrained(model, final, generation_config={"eos_token_id": list(tokenizer.stop_ids),
+                                                     "pad_token_id": tokenizer.pad_id})
+    tokenizer.save_pretrained(final)
+    plot_curves(os.path.join(workdir, "logs"), os.path.join(workdir, "rl_curve.png"),
+                results["before"]["accuracy"], results["after"]["accuracy"])
+    results["total_seconds_this_run"] = time.time() - t_start
+    json.dump(results, open(results_path, "w"), indent=2)
+
+    b, a = results["before"], results["after"]
+    print()
+    print(f"| held-out ({b['num_examples']} problems) | accuracy | mean length | finished |")
+    print("|---|---|---|---|")
+    print(f"| before RL (after SFT warm-up) | {b['accuracy']:.1%} | {b['mean_length']:.1f} | {b['finished_frac']:.0%} |")
+    print(f"| after {cfg.rl.steps} RL steps ({cfg.method.name}/{cfg.method.estimator}) | {a['accuracy']:.1%} | "
+          f"{a['mean_length']:.1f} | {a['finished_frac']:.0%} |")
+    print(f"\nchange: {100 * (a['accuracy'] - b['accuracy']):+.1f} points; RL {results['rl_seconds']:.0f} s; "
+          f"final HF checkpoint: {final}; plot: {os.path.join(workdir, 'rl_curve.png')}")
+    return results
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+    run(_CONFIG.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,62 @@
+"""What a method sees (rollouts) and what it returns (a TokenBatch and metrics)."""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
+
+import numpy as np
+
+from jaxrl_reason.rl.batch import TokenBatch
+from jaxrl_reason.rl.losses import TermSpec
+
+
+class Rollouts(NamedTuple):
+    """One step's solve rollouts, prompt-major: row r belongs to question r // G.
+
+    examples:    [Q] dataset examples
+    prompts:     [Q] prompt token ids (chat-rendered solve prompts)
+    completions: [Q*G] completion token ids (stop token included)
+    logprobs:    [Q*G] float32 arrays, the sampler's log pi_old per completion token
+    texts:       [Q*G] decoded completions (special tokens skipped)
+    rewards:     float32 [Q, G]
+    finish:      [Q*G] "eos" | "stop" | "length"
+    details:     [Q*G] reward details
+    """
+
+    examples: Sequence[Any]
+    prompts: Sequence[Sequence[int]]
+    completions: Sequence[Sequence[int]]
+    logprobs: Sequence[np.ndarray]
+    texts: Sequence[str]
+    rewards: np.ndarray
+    finish: Sequence[str]
+    details: Sequence[dict]
+
+    @property
+    def group_size(self) -> int:
+        return int(self.rewards.shape[1])
+
+
+class Context(NamedTuple):
+    """Services a method may call while building its batch (more generation, rewards, the tokenizer)."""
+
+    tokenizer: Any
+    sample: Callable[..., Any]  # sample(prompt_token_lists, num_samples=..., **kw) -> SampleOutput (current policy)
+    reward: Callable[[Sequence[str], Sequence[Any]], Any]  # (texts, examples) -> RewardResult
+    rng: np.random.Generator  # host-side randomness (subsampling), seeded from the step's key
+    pad_id: int
+
+
+class Method(Protocol):
+    name: str
+
+    def terms(self) -> tuple[TermSpec, ...]:
+        ...
+
+    def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
+        ...
+
+    def state_dict(self) -> dict:  # host state to checkpoint (e.g. CIPO's replay ratio)
+        ...
+
+    def load_state_dict(self, d: dict) -> None:
+        ...

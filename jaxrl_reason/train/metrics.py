@@ -1,0 +1,77 @@
+"""One metrics writer (JSONL + TensorBoard) and a progress bar for long loops."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Mapping, Optional
+
+import numpy as np
+
+
+def to_scalars(metrics: Mapping) -> dict:
+    out = {}
+    for k, v in metrics.items():
+        try:
+            a = np.asarray(v)
+        except Exception:  # noqa: BLE001 - non-numeric metrics are skipped, never fatal
+            continue
+        if a.size == 1 and np.issubdtype(a.dtype, np.number) or a.dtype == bool:
+            out[k] = float(a.reshape(()))
+    return out
+
+
+class MetricsWriter:
+    """Appends `{"step": s, **metrics}` lines to `<logdir>/metrics.jsonl` and mirrors them to TensorBoard.
+
+    `enabled=False` (every process but 0 in multi-host runs) makes every call a no-op.
+    """
+
+    def __init__(self, logdir: str, *, tensorboard: bool = True, enabled: bool = True):
+        self.enabled = enabled
+        self.logdir = logdir
+        self._tb = None
+        if not enabled:
+            return
+        os.makedirs(logdir, exist_ok=True)
+        self._jsonl = open(os.path.join(logdir, "metrics.jsonl"), "a")
+        if tensorboard:
+            try:
+                from tensorboardX import SummaryWriter
+                self._tb = SummaryWriter(logdir)
+            except ImportError:
+                self._tb = None
+
+    def write(self, step: int, metrics: Mapping, *, prefix: str = "") -> dict:
+        scalars = {prefix + k: v for k, v in to_scalars(metrics).items()}
+        if not self.enabled:
+            return scalars
+        self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **{
+            k: (v if math.isfinite(v) else str(v)) for k, v in scalars.items()}}) + "\n")
+        self._jsonl.flush()
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, int(step))
+            self._tb.flush()
+        return scalars
+
+    def close(self):
+        if self.enabled:
+            self._jsonl.close()
+            if self._tb is not None:
+                self._tb.close()
+
+
+def read_metrics(logdir: str) -> list[dict]:
+    path = os.path.join(logdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def progress_bar(total: int, desc: str, *, initial: int = 0, disable: Optional[bool] = None):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True, disable=disable, leave=True)

@@ -1,0 +1,63 @@
+"""Optimizer construction and the (pure) training state."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class TrainState(NamedTuple):
+    """Everything a step reads and writes, so a run can stop anywhere and resume exactly.
+
+    step:      [] int32, optimizer steps done (RL steps, each may hold `num_iterations` updates)
+    params:    nnx.State of the policy's parameters
+    opt_state: optax state
+    key:       PRNG key (uint32[2]) threaded through sampling
+    """
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    key: jax.Array
+
+
+def learning_rate_schedule(lr: float, *, total_steps: int, warmup_steps: int = 0, schedule: str = "constant",
+                           final_lr_frac: float = 0.1) -> optax.Schedule:
+    """Linear warm-up, then constant or cosine decay to `final_lr_frac * lr` at `total_steps`."""
+    if lr <= 0:
+        raise ValueError(f"learning rate must be positive, got {lr}")
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
+    warm = optax.linear_schedule(0.0 if warmup_steps else lr, lr, max(warmup_steps, 1))
+    if schedule == "constant":
+        rest = optax.constant_schedule(lr)
+    else:
+        rest = optax.cosine_decay_schedule(lr, max(total_steps - warmup_steps, 1), alpha=final_lr_frac)
+    return optax.join_schedules([warm, rest], [warmup_steps]) if warmup_steps else rest
+
+
+def _decay_mask(params):
+    # Decay matrices only (kernels and the embedding), never norms or biases. Stacked layers carry a leading
+    # [layers] axis, so rank alone cannot tell a norm from a matrix: use the parameter's name.
+    def mask(path, _):
+        name = str(getattr(path[-1], "key", path[-1]))
+        parent = str(getattr(path[-2], "key", path[-2])) if len(path) > 1 else ""
+        return name == "kernel" or (name == "weight" and parent == "embed_tokens")
+
+    return jax.tree_util.tree_map_with_path(mask, params)
+
+
+def make_optimizer(lr: float, *, total_steps: int, warmup_steps: int = 0, schedule: str = "constant",
+                   weight_decay: float = 0.0, clip_norm: float = 1.0, b1: float = 0.9, b2: float = 0.999,
+                   eps: float = 1e-8) -> optax.GradientTransformation:
+    """AdamW with global-norm clipping (clip_norm <= 0 disables it) and a warm-up/decay schedule."""
+    sched = learning_rate_schedule(lr, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule)
+    parts = [optax.clip_by_global_norm(clip_norm)] if clip_norm and clip_norm > 0 else []
+    parts.append(optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=_decay_mask))
+    return optax.chain(*parts)
+
+
+def init_state(params, optimizer: optax.GradientTransformation, seed: int) -> TrainState:
+    return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), jax.random.PRNGKey(seed))

@@ -1,0 +1,316 @@
+"""The RL loop: sample -> reward -> method (advantages, task rows) -> num_iterations fused updates -> metrics ->
+checkpoint. Host code orchestrates; everything numeric runs in jitted functions with explicit state and keys.
+
+Resumption is exact: the checkpoint holds params, optimizer state, step, PRNG key and the data position, and
+every random choice of a step derives from the key saved before it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.data.datasets import DataIterator
+from jaxrl_reason.data.prompts import solve_prompt
+from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.rl import advantages as adv_lib
+from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to
+from jaxrl_reason.rl.losses import needs_reference, sft_spec
+from jaxrl_reason.sampling.sampler import FINISH_NAMES, sample
+from jaxrl_reason.train.checkpoint import Checkpointer
+from jaxrl_reason.train.metrics import MetricsWriter, progress_bar
+from jaxrl_reason.train.state import TrainState, init_state, make_optimizer
+from jaxrl_reason.train.update import make_update, reference_logprobs
+
+
+class NonFiniteLossError(FloatingPointError):
+    pass
+
+
+@dataclasses.dataclass
+class TrainerConfig:
+    """Knobs of the RL loop (methods carry their own loss knobs)."""
+
+    steps: int = 100  # RL steps (each: one batch of prompts, num_iterations optimizer updates)
+    prompts_per_step: int = 8  # Q: questions per step
+    samples_per_prompt: int = 8  # G: group size
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    num_iterations: int = 1  # PPO epochs over each batch (1 = on-policy, ratio == 1)
+    micro_batches: int = 1  # gradient accumulation inside the jitted update
+    lr: float = 1e-6
+    warmup_steps: int = 0
+    schedule: str = "constant"  # constant | cosine
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0
+    dynamic_sampling: bool = False  # DAPO: drop zero-signal groups and refill from new prompts
+    dynamic_sampling_max_rounds: int = 4  # extra sampling rounds per step before training on what there is
+    logprob_chunk: Optional[int] = None  # time chunk for log-probs from hidden states (memory for big vocabs)
+    seed: int = 0
+    log_every: int = 1
+    checkpoint_every: int = 50  # 0 = only at the end
+    keep_checkpoints: int = 2
+    eval_every: int = 0  # 0 = no periodic eval
+    eval_max_new_tokens: Optional[int] = None  # default: max_new_tokens
+    eval_batch_size: int = 64
+    progress: bool = True
+
+
+def render_solve_prompts(tokenizer, questions: Sequence[str]) -> list[list[int]]:
+    return [tokenizer.encode(tokenizer.render_prompt(solve_prompt(q))) for q in questions]
+
+
+def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_tokens: int, batch_size: int = 64,
+                      key=None, temperature: float = 0.0, progress: bool = False) -> dict:
+    """Greedy (default) held-out accuracy: one completion per question, scored by `reward_fn`."""
+    key = jax.random.PRNGKey(0) if key is None else key
+    correct, lengths, finished = [], [], []
+    bar = progress_bar(len(examples), "eval", disable=not progress)
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        prompts = render_solve_prompts(tokenizer, [e.question for e in chunk])
+        out = sample(model, prompts, jax.random.fold_in(key, start), max_new_tokens=max_new_tokens,
+                     temperature=temperature, stop_token_ids=tokenizer.stop_ids, pad_id=tokenizer.pad_id,
+                     state=params)
+        texts = tokenizer.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
+        res = reward_fn(texts, chunk)
+        correct.extend(np.asarray(res.scores) > 0.5)
+        lengths.extend(out.lengths.tolist())
+        finished.extend(f != "length" for f in out.finish_names())
+        bar.update(len(chunk))
+    bar.close()
+    return {"accuracy": float(np.mean(correct)), "mean_length": float(np.mean(lengths)),
+            "finished_frac": float(np.mean(finished)), "num_examples": len(examples)}
+
+
+class Trainer:
+    def __init__(self, model, tokenizer, method, train_examples: Sequence[Any], reward_fn: Callable,
+                 config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None):
+        """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy."""
+        self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
+        self.cfg, self.workdir = config, workdir
+        self.eval_examples = list(eval_examples or [])
+        self.graphdef, params = nnx.split(model)
+        self.terms = method.terms()
+        self.optimizer = make_optimizer(config.lr, total_steps=config.steps, warmup_steps=config.warmup_steps,
+                                        schedule=config.schedule, weight_decay=config.weight_decay,
+                                        clip_norm=config.clip_norm)
+        self.update = make_update(self.graphdef, self.optimizer, self.terms, micro_batches=config.micro_batches,
+                                  logprob_chunk=config.logprob_chunk)
+        self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
+        self.state = init_state(params, self.optimizer, config.seed)
+        self.data = DataIterator(list(train_examples), config.prompts_per_step, seed=config.seed)
+        self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
+        self.writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=jax.process_index() == 0)
+        self._prompt_cache: dict[str, list[int]] = {}
+        if self.ckpt.latest_step() is not None:
+            self.state, extra = self.ckpt.restore(self.state)
+            self.data.restore(extra["data"])
+            method.load_state_dict(extra.get("method", {}))
+            print(f"resumed from step {int(self.state.step)} in {self.ckpt.directory}")
+
+    # ------------------------------------------------------------------------------------------ rollouts
+
+    def _prompts(self, examples) -> list[list[int]]:
+        out = []
+        for e in examples:
+            if e.question not in self._prompt_cache:
+                self._prompt_cache[e.question] = render_solve_prompts(self.tokenizer, [e.question])[0]
+            out.append(self._prompt_cache[e.question])
+        return out
+
+    def _sample(self, prompts, key, num_samples, **kw):
+        c = self.cfg
+        kw.setdefault("max_new_tokens", c.max_new_tokens)
+        return sample(self.model, prompts, key, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
+                      num_samples=num_samples, stop_token_ids=self.tokenizer.stop_ids, pad_id=self.tokenizer.pad_id,
+                      state=self.state.params, **kw)
+
+    def rollouts(self, examples, key) -> Rollouts:
+        g = self.cfg.samples_per_prompt
+        prompts = self._prompts(examples)
+        out = self._sample(prompts, key, g)
+        completions = out.completions()
+        texts = self.tokenizer.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
+        per_row = [examples[i] for i in out.prompt_index]
+        res = self.reward_fn(texts, per_row)
+        rewards = np.asarray(res.scores, np.float32).reshape(len(examples), g)
+        return Rollouts(list(examples), prompts, completions,
+                        [out.logprobs[i, :n] for i, n in enumerate(out.lengths)], texts, rewards,
+                        out.finish_names(), list(res.details))
+
+    def _dynamic_rollouts(self, key) -> tuple[Rollouts, dict]:
+        """DAPO dynamic sampling: keep only groups with reward variance, drawing more prompts until Q are kept."""
+        q = self.cfg.prompts_per_step
+        kept: list[Rollouts] = []
+        n_kept, drawn, rounds = 0, 0, 0
+        while n_kept < q and rounds <= self.cfg.dynamic_sampling_max_rounds:
+            r = self.rollouts(next(self.data), jax.random.fold_in(key, rounds))
+            drawn += len(r.examples)
+            keep = adv_lib.informative_groups(r.rewards)
+            if keep.any():
+                kept.append(_select_groups(r, np.nonzero(keep)[0][:q - n_kept]))
+                n_kept += int(min(keep.sum(), q - n_kept))
+            rounds += 1
+        if not kept:  # nothing informative: train on the last batch (all-zero advantages, a no-op update)
+            kept = [r]
+        merged = _concat_rollouts(kept)
+        return merged, {"dynamic_sampling/rounds": rounds, "dynamic_sampling/kept_frac": n_kept / max(drawn, 1),
+                        "dynamic_sampling/filled_frac": n_kept / q}
+
+    # ------------------------------------------------------------------------------------------ loop
+
+    def train_step(self) -> dict:
+        c = self.cfg
+        t0 = time.perf_counter()
+        key, k_sample, k_method = jax.random.split(self.state.key, 3)
+        extra_metrics = {}
+        if c.dynamic_sampling:
+            ro, extra_metrics = self._dynamic_rollouts(k_sample)
+        else:
+            ro = self.rollouts(next(self.data), k_sample)
+        t_sample = time.perf_counter()
+        host_rng = np.random.default_rng(np.asarray(jax.device_get(k_method)).tolist())
+        ctx = Context(self.tokenizer, lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, 1), **kw),
+                      self.reward_fn, host_rng, self.tokenizer.pad_id)
+        batch, method_metrics = self.method.build(ro, ctx)
+        batch = pad_rows_to(batch, c.micro_batches)
+        if self.ref_params is not None:
+            batch = batch._replace(ref_logprobs=reference_logprobs(self.graphdef, self.ref_params, batch,
+                                                                   chunk_size=c.logprob_chunk))
+        t_build = time.perf_counter()
+        params, opt_state = self.state.params, self.state.opt_state
+        step = int(self.state.step) + 1
+        for it in range(c.num_iterations):
+            out = self.update(params, opt_state, batch)
+            bad = [k for k, v in out.finite.items() if not bool(v)]
+            if bad:
+                # The update was not applied (the jitted step keeps the old params); nothing is checkpointed.
+                self.state = TrainState(self.state.step, out.params, out.opt_state, self.state.key)
+                raise NonFiniteLossError(
+                    f"step {step} (update {it + 1}/{c.num_iterations}): non-finite value in {', '.join(bad)} "
+                    f"(loss terms: {', '.join(t.name for t in self.terms)}); the update was not applied and the last "
+                    f"good checkpoint (step {self.ckpt.latest_step()}) is intact. Lower the learning rate or check "
+                    "the rewards/advantages of this batch.")
+            params, opt_state = out.params, out.opt_state
+            if it == 0:
+                first_metrics = out.metrics
+        jax.block_until_ready(params)
+        t_update = time.perf_counter()
+        self.state = TrainState(jnp.asarray(step, jnp.int32), params, opt_state, key)
+        lengths = np.array([len(x) for x in ro.completions])
+        metrics = {**{k: v for k, v in first_metrics.items()}, **method_metrics, **extra_metrics,
+                   "reward/mean": float(ro.rewards.mean()), "reward/accuracy": float((ro.rewards > 0.5).mean()),
+                   "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
+                   "length/clipped_frac": float(np.mean([f == "length" for f in ro.finish])),
+                   "time/sample_and_reward": t_sample - t0, "time/build": t_build - t_sample,
+                   "time/update": t_update - t_build, "time/step": t_update - t0,
+                   "throughput/completion_tokens_per_s": float(lengths.sum() / (t_update - t0))}
+        return metrics
+
+    def save(self):
+        self.ckpt.save(self.state, {"data": self.data.state(), "method": self.method.state_dict()})
+
+    def evaluate(self, *, progress: bool = False) -> dict:
+        return evaluate_accuracy(self.model, self.state.params, self.tokenizer, self.eval_examples, self.reward_fn,
+                                 max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
+                                 batch_size=self.cfg.eval_batch_size, progress=progress)
+
+    def run(self, *, stop_after: Optional[int] = None) -> list[dict]:
+        """Train until `config.steps` (or until `stop_after` more steps, for tests of interruption)."""
+        c = self.cfg
+        start = int(self.state.step)
+        end = c.steps if stop_after is None else min(c.steps, start + stop_after)
+        history = []
+        bar = progress_bar(c.steps, "rl", initial=start, disable=not c.progress)
+        for _ in range(start, end):
+            m = self.train_step()
+            step = int(self.state.step)
+            if c.eval_every and step % c.eval_every == 0 and self.eval_examples:
+                m.update({f"eval/{k}": v for k, v in self.evaluate().items()})
+            if step % c.log_every == 0 or step == end:
+                m = self.writer.write(step, m)
+            history.append(m)
+            if (c.checkpoint_every and step % c.checkpoint_every == 0) or step == end:
+                self.save()
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", len=f"{m['length/mean']:.0f}",
+                            s_step=f"{m['time/step']:.2f}")
+            bar.update(1)
+        bar.close()
+        nnx.update(self.model, self.state.params)
+        return history
+
+    def close(self):
+        self.writer.close()
+        self.ckpt.close()
+
+
+def _select_groups(r: Rollouts, idx) -> Rollouts:
+    g = r.group_size
+    rows = [q * g + j for q in idx for j in range(g)]
+    pick = lambda xs: [xs[i] for i in rows]
+    return Rollouts([r.examples[i] for i in idx], [r.prompts[i] for i in idx], pick(r.completions),
+                    pick(r.logprobs), pick(r.texts), r.rewards[np.asarray(idx)], pick(r.finish), pick(r.details))
+
+
+def _concat_rollouts(rs: Sequence[Rollouts]) -> Rollouts:
+    if len(rs) == 1:
+        return rs[0]
+    cat = lambda f: [x for r in rs for x in getattr(r, f)]
+    return Rollouts(cat("examples"), cat("prompts"), cat("completions"), cat("logprobs"), cat("texts"),
+                    np.concatenate([r.rewards for r in rs]), cat("finish"), cat("details"))
+
+
+# ---------------------------------------------------------------------------------------------- SFT warm-up
+
+def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None):
+    """Solve prompt + worked solution + end-of-turn token, trained by next-token NLL on the solution."""
+    prompts = render_solve_prompts(tokenizer, [e.question for e in examples])
+    targets = []
+    for i, e in enumerate(examples):
+        if not e.solution:
+            raise ValueError(f"SFT example {e.id!r} has no `solution`; SFT warm-up needs worked solutions")
+        ids = tokenizer.encode(e.solution) + [tokenizer.eos_id]
+        if max_len and len(prompts[i]) + len(ids) > max_len:
+            raise ValueError(f"SFT example {e.id!r}: prompt + solution is {len(prompts[i]) + len(ids)} tokens, "
+                             f"over max_len={max_len}")
+        targets.append(ids)
+    return build_token_batch(prompts, targets, [0.0] * len(examples), None, "solve", pad_id=tokenizer.pad_id)
+
+
+def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: float, seed: int = 0,
+              warmup_steps: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
+              writer: Optional[MetricsWriter] = None) -> list[dict]:
+    """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics."""
+    graphdef, params = nnx.split(model)
+    terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
+    opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule=schedule)
+    update = make_update(graphdef, opt, terms, micro_batches=micro_batches)
+    opt_state = opt.init(params)
+    data = DataIterator(list(examples), batch_size, seed=seed)
+    history = []
+    bar = progress_bar(steps, "sft", disable=not progress)
+    for step in range(1, steps + 1):
+        batch = pad_rows_to(sft_rows(tokenizer, next(data)), micro_batches)
+        out = update(params, opt_state, batch)
+        bad = [k for k, v in out.finite.items() if not bool(v)]
+        if bad:
+            raise NonFiniteLossError(f"SFT step {step}: non-finite value in {', '.join(bad)}; lower the lr")
+        params, opt_state = out.params, out.opt_state
+        m = {"sft/nll": float(out.metrics["solve/nll"]), "sft/grad_norm": float(out.metrics["grad_norm"])}
+        if writer is not None:
+            writer.write(step, m, prefix="")
+        history.append(m)
+        bar.set_postfix(nll=f"{m['sft/nll']:.3f}")
+        bar.update(1)
+    bar.close()
+    nnx.update(model, params)
+    return history
