@@ -119,6 +119,8 @@ def plot_curves(results: dict, path: str | os.PathLike) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks)
     ax.set_xticklabels([str(k) for k in ks])
+    top = max(max(c["mean"]) for c in results["strategies"].values())
+    ax.set_ylim(0.0, min(1.0, top + 0.05) if top > 0 else 0.05)
     ax.set_xlabel("number of samples k")
     ax.set_ylabel("accuracy")
     ax.set_title(f"{results['num_questions']} questions, N = {results['n']}")

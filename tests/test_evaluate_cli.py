@@ -1,0 +1,152 @@
+"""The evaluation core (every strategy at every k from one pool of samples) and the CLI end to end."""
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxrl_reason.data.arithmetic import arithmetic_examples
+from jaxrl_reason.data.datasets import write_jsonl
+from jaxrl_reason.data.prompts import solve_prompt, verify_prompt
+from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
+from jaxrl_reason.inference import estimators as est
+from jaxrl_reason.inference.test_time import STRATEGY_LABELS, accuracy_curves, evaluate, verifier_quality
+from jaxrl_reason.rewards.base import RewardResult
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_cli():
+    spec = importlib.util.spec_from_file_location("evaluate_cli", ROOT / "experiments" / "evaluate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# --------------------------------------------------------------------------------------------- pure pieces
+def test_accuracy_curves_hand_computed():
+    correct = np.array([[1, 1, 0, 0], [0, 1, 1, 1]])
+    classes = np.array([[0, 0, 1, -1], [0, 1, 1, 1]])
+    scores = np.array([[0.9, 0.2, 0.8, 0.1], [0.5, 0.5, 0.5, 0.5]])
+    cur = accuracy_curves(correct, classes, [1, 2, 4], scores={"self": scores, "judge": scores[::-1]},
+                          num_subsets=100)
+    assert set(cur) == {"pass", "majority", "best_of_n", "weighted", "best_of_n_judge", "weighted_judge"}
+    np.testing.assert_allclose(cur["pass"]["mean"], [0.625, np.mean([5 / 6, 1.0]), 1.0])
+    # k=1: Q0 votes right for 2 of 4 singletons (one has no answer), Q1 for 3 of 4. k=4: both right.
+    np.testing.assert_allclose(cur["majority"]["mean"][0], 0.625)
+    assert cur["majority"]["mean"][2] == 1.0 and cur["majority"]["std"][2] == 0.0
+    # BoN@4: Q0's top sample is right; Q1 is a four-way tie of 3 right / 1 wrong -> 3/4.
+    assert cur["best_of_n"]["mean"][2] == pytest.approx(0.875) and cur["best_of_n"]["std"] is None
+    assert cur["weighted"]["mean"][2] == 1.0
+    # each entry is the question mean of the per-question estimator
+    for j, k in enumerate([1, 2, 4]):
+        ref = np.mean([est.best_of_k(scores[::-1][i], correct[i], k) for i in range(2)])
+        assert cur["best_of_n_judge"]["mean"][j] == pytest.approx(ref)
+    # std of a one-run dataset accuracy: sqrt(sum of per-question variances) / Q
+    k1 = [est.majority_at_k(classes[i], correct[i], 1) for i in range(2)]
+    assert cur["majority"]["std"][0] == pytest.approx(np.sqrt(sum(e.std ** 2 for e in k1)) / 2)
+
+
+def test_verifier_quality_hand_computed():
+    q = verifier_quality([0.9, 0.2, 0.8, 0.1], [1, 1, 0, 0])
+    # positive-negative pairs ranked right: (0.9, 0.8), (0.9, 0.1), (0.2, 0.1) of 4
+    assert q["auroc"] == pytest.approx(0.75) and q["balanced_accuracy"] == pytest.approx(0.5)
+    assert q["mean_score_correct"] == pytest.approx(0.55) and q["mean_score_wrong"] == pytest.approx(0.45)
+    assert verifier_quality([0.5, 0.5, 0.5], [1, 0, 1])["auroc"] == pytest.approx(0.5)
+    assert verifier_quality([0.5, 0.7], [1, 1])["auroc"] is None
+
+
+def test_data_specs():
+    cli = load_cli()
+    exs = cli.load_data("arithmetic:3:1")
+    assert [e.id for e in exs] == [e.id for e in arithmetic_examples(3, seed=1)]
+    assert len(cli.load_data("arithmetic:5", limit=2)) == 2
+    with pytest.raises(ValueError, match="arithmetic:COUNT"):
+        cli.load_data("arithmetic:three")
+    with pytest.raises(FileNotFoundError, match="not a generator spec"):
+        cli.load_data("no/such/file.jsonl")
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from jaxrl_reason.models.hf_port import save_pretrained
+    from jaxrl_reason.models.qwen2 import ModelConfig, init_model
+
+    exs = arithmetic_examples(20, seed=4)
+    texts = [solve_prompt(e.question) + "\n" + e.solution for e in exs]
+    texts += [verify_prompt(e.question, e.solution) + " Yes No" for e in exs]
+    root = tmp_path_factory.mktemp("ckpt")
+    tok = train_tiny_tokenizer(texts, root / "model", vocab_size=300)
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    save_pretrained(init_model(cfg, seed=0), str(root / "model"))
+    write_jsonl(arithmetic_examples(3, seed=8), root / "data.jsonl")
+    return root
+
+
+@pytest.mark.slow
+def test_cli_end_to_end(tiny_checkpoint, tmp_path):
+    cli = load_cli()
+    model_dir, out = str(tiny_checkpoint / "model"), tmp_path / "eval"
+    results = cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--n", "4",
+                        "--max-new-tokens", "8", "--out", str(out), "--judge", model_dir, "--num-subsets", "50",
+                        "--no-progress"])
+    for name in ("results.json", "results.md", "accuracy_vs_k.png", "samples.jsonl"):
+        assert (out / name).stat().st_size > 0, name
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["ks"] == [1, 2, 4] and saved["n"] == 4 and saved["num_questions"] == 3
+    assert set(saved["strategies"]) == set(STRATEGY_LABELS)
+    for name, curve in saved["strategies"].items():
+        assert len(curve["mean"]) == 3 and all(0.0 <= m <= 1.0 for m in curve["mean"]), name
+    assert 0 < saved["tokens_per_question"]["generated"][0] <= 8
+    np.testing.assert_allclose(saved["tokens_per_question"]["generated"],
+                               np.array([1, 2, 4]) * saved["mean_completion_tokens"])
+    table = (out / "results.md").read_text()
+    for label in STRATEGY_LABELS.values():
+        assert f"| {label} |" in table
+    assert "| k=1 | k=2 | k=4 |" in table
+    assert (out / "accuracy_vs_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(len(r["completions"]) == 4 for r in rows)
+    # The judge here is the same checkpoint: its scores must equal the self-verifier's.
+    for r in rows:
+        np.testing.assert_allclose(r["scores"]["judge"], r["scores"]["self"], rtol=1e-6)
+    assert results["strategies"] == saved["strategies"]
+
+
+@pytest.mark.slow
+def test_evaluate_curves_come_from_its_own_samples(tiny_checkpoint):
+    """With a reward that yields real answer classes, evaluate()'s numbers are the estimators applied to the
+    very samples and scores it returns."""
+    from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.tokenization import Tokenizer
+
+    model_dir = str(tiny_checkpoint / "model")
+    model, tok = load_pretrained(model_dir), Tokenizer.from_pretrained(model_dir)
+
+    def first_digit_reward(completions, examples):
+        # A stand-in grader: the answer is the first digit of the completion (if any), right when it is odd.
+        answers = [next((ch for ch in c if ch.isdigit()), None) for c in completions]
+        scores = np.array([float(a is not None and int(a) % 2 == 1) for a in answers], np.float32)
+        return RewardResult(scores=scores, details=[{"extracted": a} for a in answers])
+
+    examples = arithmetic_examples(3, seed=8)
+    res = evaluate(model, tok, examples, n=4, max_new_tokens=8, temperature=1.0, reward_fn=first_digit_reward,
+                   num_subsets=50, progress=False, seed=3)
+    correct = np.array([r["correct"] for r in res["samples"]])
+    classes = np.array([r["classes"] for r in res["samples"]])
+    scores = np.array([r["scores"]["self"] for r in res["samples"]])
+    np.testing.assert_allclose(scores, np.exp(np.array([r["logprob_yes_no"]["self"] for r in res["samples"]])[..., 0]),
+                               rtol=1e-5)
+    assert (classes >= 0).sum() >= 3 and 0 < correct.sum() < correct.size  # a pool worth checking
+    # equal digits share a class, different digits do not
+    for r in res["samples"]:
+        for a, c in zip(r["answers"], r["classes"]):
+            assert (c == -1) == (a is None)
+            assert all((c == c2) == (a == a2) for a2, c2 in zip(r["answers"], r["classes"]) if a and a2)
+    ref = accuracy_curves(correct, classes, [1, 2, 4], scores={"self": scores}, num_subsets=50, seed=3)
+    assert res["strategies"] == ref
+    assert res["sample_accuracy"] == pytest.approx(correct.mean())
+    assert "best_of_n_judge" not in res["strategies"]
