@@ -12,3 +12,11 @@ from jaxrl_reason.inference.test_time import (CONCLUSION_MARKER, THINK_CONCLUSIO
                                               truncate_to_last_sentence, weighted_vote)
 from jaxrl_reason.inference.verifier import (VerdictIds, VerifyRows, score, verdict_ids, verdict_logprobs,
                                              verify_prompts, verify_rows)
+
+__all__ = [
+    "SubsetEstimate", "best_of_k", "majority_at_k", "pass_at_k", "power_of_two_ks", "weighted_at_k",
+    "CONCLUSION_MARKER", "THINK_CONCLUSION_MARKER", "BudgetRun", "Choice", "ForcedOutput", "LengthSelection",
+    "accuracy_curves", "best_of_n", "budget_forcing", "evaluate", "majority_vote", "select_length_by_confidence",
+    "truncate_to_last_sentence", "weighted_vote",
+    "VerdictIds", "VerifyRows", "score", "verdict_ids", "verdict_logprobs", "verify_prompts", "verify_rows",
+]
