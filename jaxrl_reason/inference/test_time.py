@@ -274,8 +274,9 @@ def budget_forcing(model, tokenizer, prompts: Sequence, key: jax.Array, *, budge
         head_ids = tokenizer.encode(head)
         heads[r], room[r] = (head, len(head_ids)), budget - len(head_ids)
         prefixes[r] = prompt_ids[first.prompt_index[r]] + head_ids
-        if room[r] <= 0:  # only if re-encoding T(G0) took more tokens than sampling it did: no room left
-            texts[r], num_tokens[r], finish[r] = head, len(head_ids), FINISH_LENGTH
+        if room[r] <= 0:
+            # Only when re-encoding T(G0) took more tokens than sampling it did: the budget still holds.
+            texts[r], num_tokens[r], finish[r] = tokenizer.decode(head_ids[:budget]), budget, FINISH_LENGTH
     cont = [r for r in room if room[r] > 0]
     if cont:
         second = sample(model, [prefixes[r] for r in cont], k2, max_new_tokens=max(room[r] for r in cont), **kw)
