@@ -1,5 +1,6 @@
 """Test-time strategies: votes grouped by math equivalence, confidence-based length selection, budget forcing."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -7,7 +8,7 @@ from jaxrl_reason.inference.test_time import (CONCLUSION_MARKER, BudgetRun, best
                                               group_answers, majority_vote, select_length_by_confidence,
                                               truncate_to_last_sentence, weighted_vote)
 from jaxrl_reason.models.qwen2 import ModelConfig, init_model
-from jaxrl_reason.sampling.sampler import FINISH_LENGTH, sample
+from jaxrl_reason.sampling.sampler import FINISH_LENGTH
 
 
 # ------------------------------------------------------------------------------------------------ voting
@@ -129,7 +130,7 @@ def test_budget_forcing_cuts_to_last_sentence_and_appends_marker(tiny_model):
     cases = set()
     for r in range(32):
         first, text = out.first_texts[r], out.texts[r]
-        assert out.num_tokens[r] <= k
+        assert out.num_tokens[r] <= k and out.num_tokens[r] == len(out.tokens[r])
         if not out.forced[r]:  # stopped by itself before k - b tokens: untouched
             cases.add("natural")
             assert text == first and len(first) < k - b and out.num_tokens[r] == len(first) + 1
@@ -149,20 +150,35 @@ def test_budget_forcing_cuts_to_last_sentence_and_appends_marker(tiny_model):
 
 def test_budget_forcing_continuation_is_the_model_continuing_the_forced_prefix(tiny_model):
     tok = CharTokenizer()
-    prompts = ["Think about 12 and 5.", "What is 9-4?", "Count the dots"]
-    k, b, marker = 30, 18, "</think>:"
+    # Same prompt count, prompt-length bucket, samples and k - b as above: the first stage reuses its compile.
+    prompts = ["Think: 12 and 5", "What is 9-4?", "Count the dots", "Is 7 prime?"]
+    k, b, marker = 40, 20, "</think>:"
     out = budget_forcing(tiny_model, tok, prompts, jax.random.PRNGKey(1), budget=k, buffer=b, marker=marker,
-                         temperature=0.0)
-    assert out.forced.any()
-    for r in np.flatnonzero(out.forced):
+                         num_samples=8, temperature=0.0)
+    rows = np.flatnonzero(out.forced)
+    assert rows.size
+    seqs, starts = [], []
+    for r in rows:
         head = truncate_to_last_sentence(out.first_texts[r]) + marker
-        prefix = tok.encode(prompts[r]) + tok.encode(head)
-        # Greedy: the first m tokens of a longer continuation are the m-token continuation (one compiled shape).
-        ref = sample(tiny_model, [prefix], jax.random.PRNGKey(9), max_new_tokens=k, temperature=0.0,
-                     stop_token_ids=tok.stop_ids, pad_id=tok.pad_id)
-        ids = ref.completions()[0][:k - len(head)]
-        ids = ids[:-1] if ids and ids[-1] == STOP else ids
-        assert out.texts[r] == head + tok.decode(ids)
+        assert out.texts[r].startswith(head)
+        ended = out.finish_reason[r] != FINISH_LENGTH
+        # Several ids decode to ".", so G1 is taken as ids (what the model saw), and checked against the text.
+        head_ids, g1 = out.tokens[r][:len(head)], out.tokens[r][len(head):]
+        assert head_ids == tok.encode(head) and (g1[-1] == STOP) == ended
+        assert tok.decode(g1[:-1] if ended else g1) == out.texts[r][len(head):]
+        assert ended or len(head) + len(g1) == k  # a row without a stop continues to the full budget
+        prefix = tok.encode(prompts[out.prompt_index[r]]) + head_ids
+        seqs.append(prefix + g1)
+        starts.append(len(prefix))
+    # Greedy decoding: each continuation token is the argmax of one fresh forward over prefix + G1.
+    width = max(map(len, seqs))
+    tokens = np.zeros((len(seqs), width), np.int32)
+    for i, sq in enumerate(seqs):
+        tokens[i, :len(sq)] = sq
+    logits = np.asarray(tiny_model(jnp.asarray(tokens), jnp.broadcast_to(jnp.arange(width), tokens.shape)))
+    for i, (sq, st) in enumerate(zip(seqs, starts)):
+        assert len(sq) > st
+        np.testing.assert_array_equal(logits[i, st - 1:len(sq) - 1].argmax(-1), sq[st:])
 
 
 def test_budget_forcing_rejects_a_buffer_smaller_than_the_marker(tiny_model):

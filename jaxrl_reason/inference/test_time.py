@@ -212,7 +212,9 @@ class ForcedOutput(NamedTuple):
     """Budget-forced responses, rows prompt-major (row r comes from prompt r // num_samples).
 
     texts:         [N] final responses: T(G0) + marker + G1 for forced rows, G0 for rows that ended by themselves
-    num_tokens:    int32 [N] response tokens: len(G0), or len(encode(T(G0) + marker)) + len(G1); always <= budget
+    tokens:        [N] the response's token ids, as the model was conditioned on them: G0 (with its stop token),
+                   or encode(T(G0) + marker) + G1 (with G1's stop token if it ended with one)
+    num_tokens:    int32 [N] len(tokens[i]); always <= budget
     forced:        bool [N] whether the row hit k - b tokens and was forced to conclude
     first_texts:   [N] G0, the first-stage generation
     finish_reason: int32 [N] of the last stage that ran (sampler FINISH_* codes)
@@ -220,6 +222,7 @@ class ForcedOutput(NamedTuple):
     """
 
     texts: list
+    tokens: list
     num_tokens: np.ndarray
     forced: np.ndarray
     first_texts: list
@@ -264,19 +267,21 @@ def budget_forcing(model, tokenizer, prompts: Sequence, key: jax.Array, *, budge
     first_ids = [_strip_stop(c, stop_ids) for c in first.completions()]
     first_texts = [tokenizer.decode(c) for c in first_ids]
     texts = list(first_texts)
+    tokens = first.completions()
     num_tokens = first.lengths.astype(np.int32).copy()
     finish = first.finish_reason.astype(np.int32).copy()
     forced = first.finish_reason == FINISH_LENGTH
-    heads, room = {}, {}  # row -> (T(G0) + marker, its token count); row -> tokens left for G1
+    heads, room = {}, {}  # row -> (T(G0) + marker, its token ids); row -> tokens left for G1
     prefixes = {}
     for r in np.flatnonzero(forced):
         head = truncate_to_last_sentence(first_texts[r]) + marker
         head_ids = tokenizer.encode(head)
-        heads[r], room[r] = (head, len(head_ids)), budget - len(head_ids)
+        heads[r], room[r] = (head, head_ids), budget - len(head_ids)
         prefixes[r] = prompt_ids[first.prompt_index[r]] + head_ids
         if room[r] <= 0:
             # Only when re-encoding T(G0) took more tokens than sampling it did: the budget still holds.
-            texts[r], num_tokens[r], finish[r] = tokenizer.decode(head_ids[:budget]), budget, FINISH_LENGTH
+            tokens[r] = head_ids[:budget]
+            texts[r], num_tokens[r], finish[r] = tokenizer.decode(tokens[r]), budget, FINISH_LENGTH
     cont = [r for r in room if room[r] > 0]
     if cont:
         second = sample(model, [prefixes[r] for r in cont], k2, max_new_tokens=max(room[r] for r in cont), **kw)
@@ -288,8 +293,9 @@ def budget_forcing(model, tokenizer, prompts: Sequence, key: jax.Array, *, budge
             cut = len(ids) < int(second.lengths[j])
             finish[r] = FINISH_LENGTH if cut else second.finish_reason[j]
             texts[r] = heads[r][0] + tokenizer.decode(_strip_stop(ids, stop_ids))
-            num_tokens[r] = heads[r][1] + len(ids)
-    return ForcedOutput(texts, num_tokens, forced.astype(bool), first_texts, finish,
+            tokens[r] = heads[r][1] + ids
+            num_tokens[r] = len(tokens[r])
+    return ForcedOutput(texts, tokens, num_tokens, forced.astype(bool), first_texts, finish,
                         first.prompt_index.astype(np.int32))
 
 
