@@ -26,8 +26,11 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import numpy as np
 
-from jaxrl_reason.rewards.math import answers_equivalent, equivalence_classes
-from jaxrl_reason.sampling.sampler import FINISH_LENGTH, sample
+from jaxrl_reason.data.prompts import solve_prompt
+from jaxrl_reason.inference import estimators as est
+from jaxrl_reason.inference.verifier import scores_from_logprobs, verdict_logprobs, verify_prompts
+from jaxrl_reason.rewards.math import answers_equivalent, equivalence_classes, math_reward
+from jaxrl_reason.sampling.sampler import FINISH_LENGTH, FINISH_NAMES, sample
 
 # Conclusion markers for budget forcing. Thinking models close their reasoning block; a plain chain-of-thought
 # model is told to state its answer (the solve prompt already asks for \boxed{}, which it then writes).
@@ -322,8 +325,6 @@ def accuracy_curves(correct: np.ndarray, classes: np.ndarray, ks: Sequence[int],
     estimators `std` is the spread of the dataset accuracy of one k-sample run, sqrt(sum_q var_q) / Q
     (questions independent); pass@k and best-of-k are exact expectations and have none.
     """
-    from jaxrl_reason.inference import estimators as est
-
     correct = np.asarray(correct, np.float64)
     classes = np.asarray(classes, np.int64)
     if correct.ndim != 2 or classes.shape != correct.shape:
@@ -382,8 +383,6 @@ def verifier_quality(scores: np.ndarray, correct: np.ndarray) -> dict:
 def default_reward(completions: Sequence[str], examples: Sequence[Any], *, grader=None):
     """Reward of each completion against its example: reasoning-gym examples are scored by their task's
     scorer, everything else by math equivalence with `example.answer`."""
-    from jaxrl_reason.rewards.math import math_reward
-
     if examples and all(getattr(e, "meta", {}).get("source") == "reasoning_gym" for e in examples):
         from jaxrl_reason.data.procedural import reasoning_gym_reward
 
@@ -394,12 +393,12 @@ def default_reward(completions: Sequence[str], examples: Sequence[Any], *, grade
 class _Bar:
     """A tqdm bar fed by (done, total) callbacks; silent when disabled."""
 
-    def __init__(self, enabled: bool, total: int, desc: str):
+    def __init__(self, enabled: bool, total: int, desc: str, unit: str):
         self.bar = None
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, unit="tok" if "sampl" in desc else "row")
+            self.bar = tqdm(total=total, desc=desc, unit=unit)
         self.base = 0
 
     def at(self, done: int) -> None:
@@ -427,11 +426,6 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
     "tokens_per_question" (mean generated / verifier-prompt tokens a k-sample strategy spends), "verifier"
     (score quality), "finish_reasons", "config", and with `keep_samples` the per-question "samples".
     """
-    from jaxrl_reason.data.prompts import solve_prompt
-    from jaxrl_reason.inference import estimators as est
-    from jaxrl_reason.inference.verifier import verdict_logprobs, verify_prompts, scores_from_logprobs
-    from jaxrl_reason.sampling.sampler import FINISH_NAMES
-
     examples = list(examples)
     if not examples:
         raise ValueError("evaluate: no examples given")
@@ -446,7 +440,7 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
     # 1. Sample, a few questions per sampler call.
     prompts = tokenizer.encode_ragged([tokenizer.render_prompt(solve_prompt(e.question)) for e in examples])
     num_calls = -(-q // prompt_batch_size)
-    bar = _Bar(progress, num_calls * max_new_tokens, "sampling")
+    bar = _Bar(progress, num_calls * max_new_tokens, f"sampling {q} x {n}", "step")
     tokens, lengths, finish = [], [], []
     key = jax.random.PRNGKey(seed)
     for c in range(num_calls):
@@ -479,7 +473,7 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
         verifiers["judge"] = (judge[0], judge[1], None)
     scores, logprobs, verify_len = {}, {}, None
     for name, (vm, vt, vs) in verifiers.items():
-        bar = _Bar(progress, q * n, f"scoring ({name})")
+        bar = _Bar(progress, q * n, f"scoring ({name})", "sample")
         lp = verdict_logprobs(vm, vt, questions, completions, batch_size=score_batch_size, state=vs,
                               progress=lambda done, total: bar.at(done))
         bar.close()
