@@ -36,7 +36,9 @@ TASKS: dict[str, int] = {"solve": 0, "verify": 1, "critique": 2, "guided_solve":
 # Rows added only to fill a shape (pad_rows_to, concat) belong to no task and never enter any term or metric.
 PAD_TASK_ID = -1
 
-DEFAULT_BUCKETS: tuple[int, ...] = tuple(2**k for k in range(5, 17))  # 32 ... 65536
+# Steps of ~1.25x: at most ~25% padding, and few enough shapes that the jitted update compiles a handful of times.
+DEFAULT_BUCKETS: tuple[int, ...] = tuple(sorted({b * 2**k for k in range(0, 12) for b in (32, 40, 48, 56)
+                                              if b * 2**k <= 65536}))
 
 Array = Union[np.ndarray, jax.Array]
 

@@ -1,0 +1,168 @@
+"""One GRPO step, end to end: generation + reward + update, through the real Trainer.
+
+    python experiments/bench_train_step.py [--steps 5] [--vocab 4096] [--trl]
+
+Workload (as in ../shared/peers/trl/bench_trl_grpo.py): the sampler benchmark's tiny Qwen2 (hidden 256,
+4 layers, 4/2 heads, FFN 1024, tied embeddings, random weights), 8 prompts x 8 samples, 16-token prompts,
+exactly 64 completion tokens (no stop token), temperature 1, beta = 0, one update per batch, AdamW, float32.
+The reward is the math verifier on the decoded completions (a random model scores 0; compute is unchanged).
+Reported: completion tokens per second of the whole step, the split between sampling+reward / batch
+building / update, and the peak RSS. Steps 2..N are timed (step 1 includes compilation).
+With `--trl` and `trl` importable, TRL's GRPOTrainer runs the same workload in this process and the ratio
+is printed; otherwise the TRL figure recorded in ../shared/peers is shown for orientation only.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROMPT_LEN, NEW_TOKENS, Q, G = 16, 64, 8, 8
+TRL_RECORDED = dict(step_s=3.36, gen_s=1.38, update_s=1.93, tok_s=1218.2)  # ../shared/peers/trl/results
+
+
+class DigitTokenizer:
+    """Stands in for a tokenizer on a random-weight model: a question maps to 16 fixed ids, a completion id
+    sequence decodes to text the math verifier can read. No stop ids, so every completion has 64 tokens."""
+
+    def __init__(self, vocab):
+        self.vocab, self.pad_id, self.eos_id, self.stop_ids = vocab, 0, 0, ()
+
+    def render_prompt(self, text, **kw):
+        return text
+
+    def encode(self, text):
+        rng = np.random.default_rng(abs(hash(text)) % (2**32))
+        return rng.integers(1, self.vocab, PROMPT_LEN).tolist()
+
+    def batch_decode(self, tokens, lengths=None, skip_special_tokens=True):
+        lengths = [len(t) for t in tokens] if lengths is None else lengths
+        return [" ".join(str(int(i) % 100) for i in t[:n]) + f" \\boxed{{{int(t[0]) % 200}}}"
+                for t, n in zip(tokens, lengths)]
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def make_model(vocab, seed=0):
+    from jaxrl_reason.models.qwen2 import ModelConfig, init_model
+
+    cfg = ModelConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=1024, max_position_embeddings=2048,
+                      tie_word_embeddings=True, rope_theta=1e6)
+    return init_model(cfg, seed)
+
+
+def bench_ours(vocab, steps):
+    from jaxrl_reason.data.datasets import Example
+    from jaxrl_reason.methods.grpo import GRPO
+    from jaxrl_reason.rewards.math import math_reward
+    from jaxrl_reason.train.trainer import Trainer, TrainerConfig
+
+    rng = np.random.default_rng(0)
+    examples = []
+    for i in range(Q * (steps + 1)):
+        a, b = rng.integers(0, 100, 2)
+        examples.append(Example(f"What is {a}+{b}? Put the answer in \\boxed{{}}.", str(a + b), str(i)))
+    cfg = TrainerConfig(steps=steps, prompts_per_step=Q, samples_per_prompt=G, max_new_tokens=NEW_TOKENS, lr=1e-6,
+                        checkpoint_every=0, progress=False)
+    reward = lambda texts, ex: math_reward(texts, [e.answer for e in ex])
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(make_model(vocab), DigitTokenizer(vocab), GRPO("grpo"), examples, reward, cfg, tmp)
+        trainer.save = lambda: None  # checkpoint I/O is not part of a step
+        hist = trainer.run()
+        trainer.close()
+    timed = hist[1:] or hist
+    med = lambda k: statistics.median(h[k] for h in timed)
+    return dict(step_s=med("time/step"), gen_s=med("time/sample_and_reward"), build_s=med("time/build"),
+                update_s=med("time/update"), first_step_s=hist[0]["time/step"],
+                tok_s=Q * G * NEW_TOKENS / med("time/step"), peak_rss_mib=peak_rss_mib())
+
+
+def bench_trl(vocab, steps):
+    """TRL's GRPOTrainer on the same random model (saved as an HF directory), same settings."""
+    import torch
+    import transformers
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from jaxrl_reason.models.hf_port import save_pretrained
+    from jaxrl_reason.rewards.math import math_reward
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        save_pretrained(make_model(vocab), os.path.join(tmp, "m"))
+        model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(tmp, "m"))
+        tok = DigitTokenizer(vocab)
+        rng = np.random.default_rng(0)
+        rows = [{"prompt": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in rng.integers(0, 100, (64, 2))]
+
+        def reward(prompts, completions, answer, **kw):
+            return list(map(float, math_reward(completions, answer).scores))
+
+        times = []
+
+        class Timer(transformers.TrainerCallback):
+            def on_step_begin(self, *a, **k):
+                self.t = time.perf_counter()
+
+            def on_step_end(self, *a, **k):
+                times.append(time.perf_counter() - self.t)
+
+        args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=Q * G, gradient_accumulation_steps=1,
+                          num_generations=G, max_completion_length=NEW_TOKENS, max_steps=steps, beta=0.0,
+                          learning_rate=1e-6, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
+                          generation_kwargs={"min_new_tokens": NEW_TOKENS}, gradient_checkpointing=False,
+                          save_strategy="no")
+        del tok
+        from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
+
+        hf_tok = train_tiny_tokenizer([r["prompt"] + " " + r["answer"] for r in rows] * 20,
+                                      os.path.join(tmp, "tok"), vocab_size=min(vocab, 512)).hf
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
+                              processing_class=hf_tok, callbacks=[Timer()])
+        trainer.train()
+    step = statistics.median(times[1:] or times)
+    return dict(step_s=step, tok_s=Q * G * NEW_TOKENS / step)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer in this process")
+    args = ap.parse_args()
+    ours = bench_ours(args.vocab, args.steps)
+    print(f"GRPO step: {Q} prompts x {G} samples, {PROMPT_LEN}-token prompts, {NEW_TOKENS} completion tokens, "
+          f"vocab {args.vocab}; median of steps 2..{args.steps}")
+    print(f"{'impl':<22}{'s/step':>8}{'gen+rew s':>10}{'build s':>9}{'update s':>9}{'tok/s':>9}{'peak RSS MiB':>14}")
+    print(f"{'jaxrl_reason':<22}{ours['step_s']:8.2f}{ours['gen_s']:10.2f}{ours['build_s']:9.2f}"
+          f"{ours['update_s']:9.2f}{ours['tok_s']:9.0f}{ours['peak_rss_mib']:14.0f}")
+    print(f"(first step incl. compilation: {ours['first_step_s']:.1f} s)")
+    trl = None
+    if args.trl:
+        try:
+            trl = bench_trl(args.vocab, args.steps)
+        except Exception as e:  # noqa: BLE001 - the baseline is optional; say why it did not run
+            print(f"TRL baseline did not run: {type(e).__name__}: {e}")
+    if trl:
+        print(f"{'trl.GRPOTrainer':<22}{trl['step_s']:8.2f}{'':>10}{'':>9}{'':>9}{trl['tok_s']:9.0f}")
+        print(f"ratio (ours / TRL, same run): {ours['tok_s'] / trl['tok_s']:.2f}x")
+    else:
+        r = TRL_RECORDED
+        print(f"{'TRL 1.16 (recorded)':<22}{r['step_s']:8.2f}{r['gen_s']:10.2f}{'':>9}{r['update_s']:9.2f}"
+              f"{r['tok_s']:9.0f}   <- ../shared/peers/trl/results, another run: orientation only")
+        print(f"ratio vs recorded TRL: {ours['tok_s'] / r['tok_s']:.2f}x (not measured in the same run)")
+
+
+if __name__ == "__main__":
+    main()
