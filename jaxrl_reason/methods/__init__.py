@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
+from jaxrl_reason.methods.rlv import RLV
 
-METHODS = {"grpo": GRPO}
+METHODS = {"grpo": GRPO, "rlv": RLV}
 
 
 def make_method(cfg):

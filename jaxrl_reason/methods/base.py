@@ -44,6 +44,8 @@ class Context(NamedTuple):
     reward: Callable[[Sequence[str], Sequence[Any]], Any]  # (texts, examples) -> RewardResult
     rng: np.random.Generator  # host-side randomness (subsampling), seeded from the step's key
     pad_id: int
+    model: Any = None  # the policy module (structure only; its weights may be stale)
+    params: Any = None  # the current policy parameters (nnx.State) — use these, not the module's own
 
 
 class Method(Protocol):

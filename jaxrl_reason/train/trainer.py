@@ -180,7 +180,7 @@ class Trainer:
         t_sample = time.perf_counter()
         host_rng = np.random.default_rng(np.asarray(jax.device_get(k_method)).tolist())
         ctx = Context(self.tokenizer, lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, 1), **kw),
-                      self.reward_fn, host_rng, self.tokenizer.pad_id)
+                      self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params)
         batch, method_metrics = self.method.build(ro, ctx)
         batch = pad_rows_to(batch, c.micro_batches)
         if self.ref_params is not None:

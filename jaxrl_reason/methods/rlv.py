@@ -1,0 +1,81 @@
+"""RL^V: the policy is also a generative verifier, trained on the RL batch's own (question, solution, reward).
+
+    J = J_RL + lambda * J_verify,   J_verify = mean log pi("Yes" | verify_prompt(x, y)) if r = 1 else "No"
+
+The verify rows are built from the same rollouts (no extra generation), class-balanced by subsampling the
+majority class (METHODS.md §2 [choice]; `balance="none"` keeps every row), and trained by the SFT term in the
+same jitted update as the RL term. Any advantage estimator works: GRPO^V, RLOO^V, Dr.GRPO^V are this class
+with another `estimator`.
+
+Before training on them, the current policy scores the batch's verify prompts (one prefill, last position
+only), which gives the verifier's accuracy on positives and negatives separately, on samples it has not yet
+been trained on.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jaxrl_reason.inference.verifier import verdict_logprobs, verify_rows
+from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
+from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches
+from jaxrl_reason.rl.losses import TermSpec, sft_spec
+
+
+def balanced_indices(labels: np.ndarray, rng: np.random.Generator, *, balance: str = "subsample",
+                     max_rows: int = 0) -> np.ndarray:
+    """Row indices for the verify task. subsample: equal numbers of positives and negatives (the majority
+    class subsampled at random; none at all if a class is empty); none: every row. max_rows caps the total."""
+    labels = np.asarray(labels, bool)
+    if balance == "none":
+        idx = np.arange(len(labels))
+    elif balance == "subsample":
+        pos, neg = np.nonzero(labels)[0], np.nonzero(~labels)[0]
+        n = min(len(pos), len(neg))
+        idx = np.concatenate([rng.permutation(pos)[:n], rng.permutation(neg)[:n]])
+    else:
+        raise ValueError(f"rlv balance={balance!r} is unknown; use 'subsample' or 'none'")
+    if max_rows and len(idx) > max_rows:
+        idx = rng.permutation(idx)[:max_rows]
+    return np.sort(idx)
+
+
+class RLV(GRPO):
+    name = "rlv"
+
+    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
+                 verify_weight: float = 1.0, balance: str = "subsample", max_verify_rows: int = 0,
+                 measure_verifier: bool = True, **estimator_kwargs):
+        """verify_weight: lambda; balance: "subsample" | "none"; max_verify_rows: cap per step (0 = none);
+        measure_verifier: score the verify prompts before the update to log accuracy on positives/negatives."""
+        super().__init__(estimator, loss, **estimator_kwargs)
+        if verify_weight < 0:
+            raise ValueError(f"rlv verify_weight (lambda) must be >= 0, got {verify_weight}")
+        self.verify_weight, self.balance = float(verify_weight), balance
+        self.max_verify_rows, self.measure_verifier = int(max_verify_rows), measure_verifier
+
+    def terms(self) -> tuple[TermSpec, ...]:
+        return super().terms() + (sft_spec(("verify",), name="verify", weight=self.verify_weight),)
+
+    def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
+        solve, metrics = super().build(rollouts, ctx)
+        g = rollouts.group_size
+        labels = rollouts.rewards.reshape(-1) > 0.5
+        idx = balanced_indices(labels, ctx.rng, balance=self.balance, max_rows=self.max_verify_rows)
+        metrics["verify/rows"] = len(idx)
+        metrics["verify/positive_frac"] = float(labels[idx].mean()) if len(idx) else 0.0
+        if len(idx) == 0:
+            return solve, metrics
+        questions = [rollouts.examples[i // g].question for i in idx]
+        solutions = [rollouts.texts[i] for i in idx]
+        rows = verify_rows(ctx.tokenizer, questions, solutions, labels[idx])
+        if self.measure_verifier and ctx.model is not None:
+            lp = verdict_logprobs(ctx.model, ctx.tokenizer, questions, solutions, state=ctx.params)
+            says_yes = lp[:, 0] > lp[:, 1]
+            pos, neg = labels[idx], ~labels[idx]
+            metrics["verify/acc_positive"] = float(says_yes[pos].mean())
+            metrics["verify/acc_negative"] = float((~says_yes[neg]).mean())
+            metrics["verify/balanced_acc"] = 0.5 * (metrics["verify/acc_positive"] + metrics["verify/acc_negative"])
+        verify = build_token_batch(rows.prompts, [[int(t)] for t in rows.targets], [0.0] * len(idx), None, "verify",
+                                   pad_id=ctx.pad_id)
+        return concat_batches([solve, verify]), metrics

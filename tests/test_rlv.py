@@ -1,0 +1,126 @@
+"""RL^V: verify rows come from the batch itself, class-balanced, and the verify term teaches the verdict."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxrl_reason.data.arithmetic import ArithmeticConfig, arithmetic_examples
+from jaxrl_reason.data.prompts import solve_prompt, verify_prompt
+from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
+from jaxrl_reason.inference.verifier import score, verify_rows
+from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.rlv import RLV, balanced_indices
+from jaxrl_reason.models.qwen2 import ModelConfig, init_model
+from jaxrl_reason.rewards.math import math_reward
+from jaxrl_reason.rl.batch import TASKS, build_token_batch
+from jaxrl_reason.train.state import make_optimizer
+from jaxrl_reason.train.trainer import Trainer, TrainerConfig
+from jaxrl_reason.train.update import make_update
+
+ARITH = ArithmeticConfig(min_digits=1, max_digits=1, operations=("+",))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    ex = arithmetic_examples(300, seed=1, config=ARITH)
+    texts = [solve_prompt(e.question) for e in ex] + [e.solution for e in ex]
+    texts += [verify_prompt(e.question, e.solution) for e in ex[:50]]
+    return train_tiny_tokenizer(texts, str(tmp_path_factory.mktemp("tok")), vocab_size=300)
+
+
+def tiny_model(tokenizer, seed=0):
+    cfg = ModelConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      tie_word_embeddings=True, rope_theta=10000.0)
+    return init_model(cfg, seed=seed)
+
+
+def test_balanced_indices():
+    rng = np.random.default_rng(0)
+    labels = np.array([1, 0, 0, 0, 1, 0, 0, 0], bool)
+    idx = balanced_indices(labels, rng)
+    assert len(idx) == 4 and labels[idx].sum() == 2
+    assert len(balanced_indices(np.zeros(5, bool), rng)) == 0  # one class missing: nothing to balance
+    assert len(balanced_indices(labels, rng, balance="none")) == 8
+    assert len(balanced_indices(labels, rng, max_rows=2)) == 2
+    with pytest.raises(ValueError, match="balance"):
+        balanced_indices(labels, rng, balance="oversample")
+
+
+def test_verify_term_raises_yes_on_correct_and_no_on_wrong(tokenizer):
+    model = tiny_model(tokenizer)
+    graphdef, params = nnx.split(model)
+    ex = arithmetic_examples(4, seed=3, config=ARITH)
+    questions = [e.question for e in ex] * 2
+    # wrong solutions a tiny random model can tell apart within a few updates: a bare, wrong guess
+    wrong = [f"I guess. The answer is \\boxed{{{int(e.answer) + 1}}}." for e in ex]
+    solutions = [e.solution for e in ex] + wrong
+    labels = np.array([1] * 4 + [0] * 4)
+    rows = verify_rows(tokenizer, questions, solutions, labels)
+    batch = build_token_batch(rows.prompts, [[int(t)] for t in rows.targets], [0.0] * 8, None, "verify")
+    method = RLV("grpo", verify_weight=1.0)
+    verify_only = tuple(t for t in method.terms() if t.name == "verify")
+    opt = make_optimizer(1e-2, total_steps=30, clip_norm=0.0)
+    update = make_update(graphdef, opt, verify_only)
+    before = score(model, tokenizer, questions, solutions, normalize=True, state=params)
+    p, o = jax.tree.map(jnp.copy, params), opt.init(params)
+    for _ in range(25):
+        out = update(p, o, batch)
+        p, o = out.params, out.opt_state
+    after = score(model, tokenizer, questions, solutions, normalize=True, state=p)
+    assert (after[:4] > before[:4]).all(), (before, after)  # P(Yes) up on correct solutions
+    assert (after[4:] < before[4:]).all(), (before, after)  # P(No) up on wrong ones
+    assert after[:4].min() > after[4:].max()  # and the verifier now separates them
+
+
+def fake_rollouts(tokenizer, rewards):
+    ex = arithmetic_examples(rewards.shape[0], seed=5, config=ARITH)
+    g = rewards.shape[1]
+    prompts = [tokenizer.encode(tokenizer.render_prompt(solve_prompt(e.question))) for e in ex]
+    texts = [ex[i // g].solution for i in range(rewards.size)]
+    comps = [tokenizer.encode(t)[:20] + [tokenizer.eos_id] for t in texts]
+    return Rollouts(ex, prompts, comps, [np.full(len(c), -1.0, np.float32) for c in comps], texts,
+                    rewards.astype(np.float32), ["eos"] * rewards.size, [{}] * rewards.size)
+
+
+def test_rlv_build_adds_balanced_verify_rows(tokenizer):
+    model = tiny_model(tokenizer)
+    rewards = np.array([[1, 0, 0, 0], [1, 1, 0, 1], [0, 0, 0, 0]])
+    ro = fake_rollouts(tokenizer, rewards)
+    ctx = Context(tokenizer, None, None, np.random.default_rng(0), tokenizer.pad_id, model, nnx.state(model))
+    batch, metrics = RLV("rloo").build(ro, ctx)
+    n_pos = int(rewards.sum())
+    n_verify = 2 * min(n_pos, rewards.size - n_pos)
+    task = np.asarray(batch.task_id)
+    assert (task == TASKS["solve"]).sum() == rewards.size and (task == TASKS["verify"]).sum() == n_verify
+    assert metrics["verify/rows"] == n_verify and metrics["verify/positive_frac"] == 0.5
+    assert 0.0 <= metrics["verify/acc_positive"] <= 1.0 and 0.0 <= metrics["verify/acc_negative"] <= 1.0
+    v = task == TASKS["verify"]
+    # one trained token per verify row: the verdict, "Yes" for r=1 rows and "No" for r=0
+    assert (np.asarray(batch.loss_mask)[v].sum(-1) == 1).all()
+    yes, no = tokenizer.single_token_id("Yes"), tokenizer.single_token_id("No")
+    targets = np.asarray(batch.tokens)[v][np.asarray(batch.loss_mask)[v] > 0]
+    assert sorted(targets.tolist()) == sorted([yes] * (n_verify // 2) + [no] * (n_verify // 2))
+
+
+def test_rlv_trains_inside_the_trainer(tokenizer, tmp_path):
+    model = tiny_model(tokenizer, seed=2)
+    cfg = TrainerConfig(steps=2, prompts_per_step=4, samples_per_prompt=4, max_new_tokens=10, lr=1e-3,
+                        checkpoint_every=0, progress=False)
+    ex = arithmetic_examples(32, seed=9, config=ARITH)
+    # a reward that marks half of each group correct, so the verifier always has both classes
+    def reward(texts, examples):
+        from jaxrl_reason.rewards.base import RewardResult
+
+        scores = np.array([i % 2 for i in range(len(texts))], np.float32)
+        return RewardResult(scores, [{}] * len(texts))
+
+    tr = Trainer(model, tokenizer, RLV("grpo", verify_weight=0.5), ex, reward, cfg, str(tmp_path))
+    hist = tr.run()
+    tr.close()
+    for m in hist:
+        assert m["verify/rows"] == 16
+        assert np.isfinite(m["loss/verify"]) and m["loss/verify"] > 0
+        assert "verify/acc_positive" in m and "verify/acc_negative" in m
+        assert m["verify/nll"] == pytest.approx(m["loss/verify"], rel=1e-5)
