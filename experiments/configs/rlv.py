@@ -1,0 +1,22 @@
+"""GRPO^V on the CPU default task: the policy also learns to verify its own solutions (RL^V, METHODS.md §2).
+
+    python experiments/train.py --config experiments/configs/rlv.py
+    python experiments/train.py --config experiments/configs/rlv.py --config.method.estimator=rloo   # RLOO^V
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny_default import get_config as tiny_default  # noqa: E402
+
+
+def get_config():
+    c = tiny_default()
+    c.workdir = "runs/rlv"
+    c.method.name = "rlv"
+    c.method.estimator = "grpo"  # grpo -> GRPO^V, rloo -> RLOO^V, dr_grpo -> Dr.GRPO^V
+    c.method.extra.verify_weight = 1.0  # lambda in J = J_RL + lambda * J_verify
+    c.method.extra.balance = "subsample"  # subsample the majority class | none
+    c.method.extra.max_verify_rows = 0  # cap on verify rows per step (0 = all balanced rows)
+    c.method.extra.measure_verifier = True  # log verifier accuracy on positives/negatives every step
+    return c
