@@ -171,3 +171,24 @@ def test_tiny_end_to_end_run(tmp_path):
     assert os.path.exists(os.path.join(cfg.workdir, "rl_curve.png"))
     rows = [json.loads(x) for x in open(os.path.join(cfg.workdir, "logs", "metrics.jsonl"))]
     assert [r["step"] for r in rows] == [1, 2]
+
+
+def test_dapo_dynamic_sampling_refills_zero_signal_groups(tokenizer, tmp_path):
+    from jaxrl_reason.rewards.base import RewardResult
+
+    def reward(texts, examples):
+        # examples with an even index: every sample wrong (no signal); odd: alternate right/wrong
+        s = [float(i % 2) if int(e.id.rsplit("-", 1)[1]) % 2 else 0.0 for i, e in enumerate(examples)]
+        return RewardResult(np.array(s, np.float32), [{}] * len(s))
+
+    model = tiny_model(tokenizer, seed=4)
+    train = arithmetic_examples(64, seed=7, config=ARITH)
+    cfg = TrainerConfig(steps=2, prompts_per_step=4, samples_per_prompt=4, max_new_tokens=8, lr=1e-3,
+                        checkpoint_every=0, progress=False, dynamic_sampling=True, dynamic_sampling_max_rounds=6)
+    tr = Trainer(model, tokenizer, GRPO("grpo"), train, reward, cfg, str(tmp_path))
+    for m in tr.run():
+        assert m["solve/zero_signal_frac"] == 0.0  # every trained group carries signal
+        assert m["dynamic_sampling/filled_frac"] == 1.0
+        assert m["dynamic_sampling/rounds"] >= 2  # half of each draw is dropped, so one round is never enough
+        assert m["reward/mean"] == pytest.approx(0.5)
+    tr.close()
