@@ -351,14 +351,21 @@ class GGUFCheckpoint:
         return a
 
 
-def load_gguf(path: str, dtype: str = "float32", *, compute_dtype: Optional[str] = None,
+def _checkpoint(source) -> GGUFCheckpoint:
+    # Parsing the metadata of a real file takes seconds (tens of thousands of vocabulary strings): parse it once.
+    return source if isinstance(source, GGUFCheckpoint) else GGUFCheckpoint(os.fspath(source))
+
+
+def load_gguf(path, dtype: str = "float32", *, compute_dtype: Optional[str] = None,
               scan_layers: bool = True, place=None) -> Tuple[Qwen2, dict]:
     """Read a llama.cpp GGUF file (architecture llama, qwen2 or qwen3) as our model.
 
+    path: the .gguf file, or a `GGUFCheckpoint` already opened on it.
     Quantised tensors are dequantised to float32 and stored as `dtype` ("float32" | "bfloat16"); compute_dtype
     defaults to dtype. Returns (model, hf_config) where hf_config is the equivalent `config.json` dict.
     """
-    ckpt = GGUFCheckpoint(path)
+    ckpt = _checkpoint(path)
+    path = ckpt.path
     hf = ckpt.hf_config()
     cfg = config_from_hf(hf, param_dtype=dtype, dtype=compute_dtype, scan_layers=scan_layers)
     try:
@@ -369,8 +376,9 @@ def load_gguf(path: str, dtype: str = "float32", *, compute_dtype: Optional[str]
     return model, hf
 
 
-def load_gguf_tokenizer(path: str, **tokenizer_kwargs):
-    """The tokenizer stored in a GGUF file, as our `Tokenizer`, built by transformers' GGUF tokenizer reader.
+def load_gguf_tokenizer(path, **tokenizer_kwargs):
+    """The tokenizer stored in a GGUF file (path, or an open `GGUFCheckpoint`), as our `Tokenizer`, built by
+    transformers' GGUF tokenizer reader. `tokenizer_kwargs` go to `Tokenizer` (e.g. chat_template_kwargs).
 
     Note: transformers' GGUF reader imports torch (its GGUF code lives with its torch loaders), so this needs torch
     installed even though nothing runs on it; `load_gguf` does not.
@@ -379,25 +387,22 @@ def load_gguf_tokenizer(path: str, **tokenizer_kwargs):
 
     from jaxrl_reason.tokenization import Tokenizer
 
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"GGUF file {path!r} does not exist")
-    ckpt = GGUFCheckpoint(path)
+    ckpt = _checkpoint(path)
     if not ckpt.has_tokenizer:
-        raise ValueError(f"{path}: the file holds no tokenizer (no tokenizer.ggml.tokens metadata)")
-    folder, name = os.path.split(os.path.abspath(path))
+        raise ValueError(f"{ckpt.path}: the file holds no tokenizer (no tokenizer.ggml.tokens metadata)")
+    folder, name = os.path.split(os.path.abspath(ckpt.path))
     hf = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
     return Tokenizer(hf, **tokenizer_kwargs)
 
 
-def gguf_to_hf(gguf_path: str, out_dir: str, *, dtype: str = "float32", tokenizer: bool = True) -> str:
+def gguf_to_hf(gguf_path, out_dir: str, *, dtype: str = "float32", tokenizer: bool = True) -> str:
     """Convert a GGUF file into an HF checkpoint directory: config.json, model.safetensors (dequantised, stored as
     `dtype`), generation_config.json and, with `tokenizer`, the tokenizer files. Returns out_dir."""
-    ckpt = GGUFCheckpoint(gguf_path)
+    ckpt = _checkpoint(gguf_path)
     if tokenizer and not ckpt.has_tokenizer:
         raise ValueError(f"{gguf_path}: the file holds no tokenizer (no tokenizer.ggml.tokens metadata); "
                          "pass tokenizer=False (--no-tokenizer) to write the model alone")
-    del ckpt
-    model, hf = load_gguf(gguf_path, "float32")
+    model, hf = load_gguf(ckpt, "float32")
     gen = {k: hf[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in hf}
     save_pretrained(model, out_dir, dtype=dtype, generation_config=gen or None)
     del model
@@ -408,7 +413,7 @@ def gguf_to_hf(gguf_path: str, out_dir: str, *, dtype: str = "float32", tokenize
     with open(cfg_path, "w") as f:
         json.dump(written, f, indent=2)
     if tokenizer:
-        load_gguf_tokenizer(gguf_path).save_pretrained(out_dir)
+        load_gguf_tokenizer(ckpt).save_pretrained(out_dir)
     return out_dir
 
 
