@@ -682,3 +682,23 @@ def load_correction_jsonl(path: str | Path, *, format: str = "auto") -> list[Cor
             starter_code=problem.starter_code, reference=_first(record, "solution", "reference", default=problem.reference),
             bug=str(_first(record, "bug", "category", "subtype", default="")), source="correction_jsonl"))
     return out
+
+
+def as_examples(problems: Sequence[CodeProblem]) -> list:
+    """CodeProblems as trainer `Example`s: the statement is the question, the tests ride in `meta["tests"]`, and
+    the reference program (when known) becomes a fenced SFT solution."""
+    from jaxrl_reason.data.datasets import Example
+
+    out = []
+    for p in problems:
+        solution = f"```python\n{p.reference.strip()}\n```" if p.reference else None
+        out.append(Example(question=p.question, answer="<passes the tests>", id=p.task_id, solution=solution,
+                           meta={"tests": p.tests, "entry_point": p.entry_point, "source": p.source}))
+    return out
+
+
+def code_example_reward(completions: Sequence[str], examples: Sequence[Any]):
+    """Trainer reward for code Examples: the last fenced block of each completion run against its tests."""
+    from jaxrl_reason.rewards.code import code_completion_reward
+
+    return code_completion_reward(completions, [e.meta["tests"] for e in examples])

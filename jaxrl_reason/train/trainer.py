@@ -64,19 +64,23 @@ class TrainerConfig:
     progress: bool = True
 
 
-def render_solve_prompts(tokenizer, questions: Sequence[str]) -> list[list[int]]:
-    return [tokenizer.encode(tokenizer.render_prompt(solve_prompt(q))) for q in questions]
+def render_solve_prompts(tokenizer, questions: Sequence[str], prompt_fn: Callable[[str], str] = solve_prompt
+                         ) -> list[list[int]]:
+    """Token ids of `prompt_fn(question)` rendered through the chat template (math: solve_prompt; code:
+    code_solve_prompt)."""
+    return [tokenizer.encode(tokenizer.render_prompt(prompt_fn(q))) for q in questions]
 
 
 def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_tokens: int, batch_size: int = 64,
-                      key=None, temperature: float = 0.0, progress: bool = False) -> dict:
+                      key=None, temperature: float = 0.0, progress: bool = False,
+                      prompt_fn: Callable[[str], str] = solve_prompt) -> dict:
     """Greedy (default) held-out accuracy: one completion per question, scored by `reward_fn`."""
     key = jax.random.PRNGKey(0) if key is None else key
     correct, lengths, finished = [], [], []
     bar = progress_bar(len(examples), "eval", disable=not progress)
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
-        prompts = render_solve_prompts(tokenizer, [e.question for e in chunk])
+        prompts = render_solve_prompts(tokenizer, [e.question for e in chunk], prompt_fn)
         out = sample(model, prompts, jax.random.fold_in(key, start), max_new_tokens=max_new_tokens,
                      temperature=temperature, stop_token_ids=tokenizer.stop_ids, pad_id=tokenizer.pad_id,
                      state=params)
@@ -93,8 +97,11 @@ def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_
 
 class Trainer:
     def __init__(self, model, tokenizer, method, train_examples: Sequence[Any], reward_fn: Callable,
-                 config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None):
-        """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy."""
+                 config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
+                 prompt_fn: Callable[[str], str] = solve_prompt):
+        """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy.
+        prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code)."""
+        self.prompt_fn = prompt_fn
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
         self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
@@ -123,7 +130,8 @@ class Trainer:
         out = []
         for e in examples:
             if e.question not in self._prompt_cache:
-                self._prompt_cache[e.question] = render_solve_prompts(self.tokenizer, [e.question])[0]
+                self._prompt_cache[e.question] = render_solve_prompts(self.tokenizer, [e.question],
+                                                                      self.prompt_fn)[0]
             out.append(self._prompt_cache[e.question])
         return out
 
@@ -222,7 +230,7 @@ class Trainer:
     def evaluate(self, *, progress: bool = False) -> dict:
         return evaluate_accuracy(self.model, self.state.params, self.tokenizer, self.eval_examples, self.reward_fn,
                                  max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
-                                 batch_size=self.cfg.eval_batch_size, progress=progress)
+                                 batch_size=self.cfg.eval_batch_size, progress=progress, prompt_fn=self.prompt_fn)
 
     def run(self, *, stop_after: Optional[int] = None) -> list[dict]:
         """Train until `config.steps` (or until `stop_after` more steps, for tests of interruption)."""
@@ -271,9 +279,9 @@ def _concat_rollouts(rs: Sequence[Rollouts]) -> Rollouts:
 
 # ---------------------------------------------------------------------------------------------- SFT warm-up
 
-def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None):
+def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: Callable[[str], str] = solve_prompt):
     """Solve prompt + worked solution + end-of-turn token, trained by next-token NLL on the solution."""
-    prompts = render_solve_prompts(tokenizer, [e.question for e in examples])
+    prompts = render_solve_prompts(tokenizer, [e.question for e in examples], prompt_fn)
     targets = []
     for i, e in enumerate(examples):
         if not e.solution:
@@ -288,7 +296,7 @@ def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None):
 
 def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: float, seed: int = 0,
               warmup_steps: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
-              writer: Optional[MetricsWriter] = None) -> list[dict]:
+              writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt) -> list[dict]:
     """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics."""
     graphdef, params = nnx.split(model)
     terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
@@ -299,7 +307,7 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     history = []
     bar = progress_bar(steps, "sft", disable=not progress)
     for step in range(1, steps + 1):
-        batch = pad_rows_to(sft_rows(tokenizer, next(data)), micro_batches)
+        batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn), micro_batches)
         out = update(params, opt_state, batch)
         bad = [k for k, v in out.finite.items() if not bool(v)]
         if bad:
