@@ -25,9 +25,25 @@ _CONFIG = config_flags.DEFINE_config_file(
     "Path to an ml_collections config file (get_config()).")
 
 
+def split_heldout(pool, n: int, salt: str = "heldout"):
+    """-> (train, held-out): exactly `n` distinct held-out questions, those with the lowest hash score, and every
+    copy of them removed from train. A plain hash split (`split_train_heldout`) is only `n` in expectation and may
+    repeat a question, which on a small question space left far fewer distinct held-out problems than asked."""
+    from jaxrl_reason.data.datasets import dedupe, heldout_score, question_key
+
+    distinct = dedupe(pool)
+    if len(distinct) <= n:
+        raise ValueError(f"config data.heldout_size={n} needs more distinct questions than the {len(distinct)} "
+                         "generated; lower heldout_size or raise data.train_size / the task's difficulty")
+    heldout = sorted(distinct, key=lambda e: heldout_score(e.question, salt))[:n]
+    keys = {question_key(e.question) for e in heldout}
+    return [e for e in pool if question_key(e.question) not in keys], heldout
+
+
 def build_data(cfg):
-    """-> (train examples, held-out examples, reward_fn(texts, examples) -> RewardResult)."""
-    from jaxrl_reason.data.datasets import load_examples, split_train_heldout
+    """-> (train examples, held-out examples, reward_fn(texts, examples) -> RewardResult, prompt_fn)."""
+    from jaxrl_reason.data.prompts import code_solve_prompt, solve_prompt
+    from jaxrl_reason.data.datasets import load_examples
     from jaxrl_reason.rewards.math import math_reward
 
     d = cfg.data
@@ -39,16 +55,28 @@ def build_data(cfg):
         acfg = ArithmeticConfig(min_digits=d.min_digits, max_digits=d.max_digits, min_operands=d.min_operands,
                                 max_operands=d.max_operands, operations=tuple(d.operations))
         pool = arithmetic_examples(d.train_size + 4 * d.heldout_size, seed=cfg.seed, config=acfg)
-        train, heldout = split_train_heldout(pool, d.heldout_size / len(pool), salt="heldout")
-        return train, heldout[:d.heldout_size], math_fn
+        train, heldout = split_heldout(pool, d.heldout_size)
+        return train, heldout, math_fn, solve_prompt
+    if d.source == "code":
+        from jaxrl_reason.data.code_datasets import (as_examples, code_example_reward, generate_function_tasks,
+                                                     load_code_jsonl, load_humaneval)
+
+        if d.path == "humaneval":
+            problems = load_humaneval()
+        elif d.path:
+            problems = load_code_jsonl(d.path)
+        else:
+            problems = generate_function_tasks(d.train_size + 4 * d.heldout_size, seed=cfg.seed)
+        train, heldout = split_heldout(as_examples(problems), d.heldout_size)
+        return train, heldout, code_example_reward, code_solve_prompt
     if d.source == "reasoning_gym":
         from jaxrl_reason.data.procedural import reasoning_gym_examples, reasoning_gym_reward
 
         if not d.task:
             raise ValueError("config data.task must name a reasoning_gym task when data.source=reasoning_gym")
         pool = reasoning_gym_examples(d.task, d.train_size + 4 * d.heldout_size, seed=cfg.seed)
-        train, heldout = split_train_heldout(pool, d.heldout_size / len(pool), salt="heldout")
-        return train, heldout[:d.heldout_size], lambda t, e: reasoning_gym_reward(t, e)
+        train, heldout = split_heldout(pool, d.heldout_size)
+        return train, heldout, lambda t, e: reasoning_gym_reward(t, e), solve_prompt
     if d.source == "file":
         if not d.path:
             raise ValueError("config data.path must be set when data.source=file")
@@ -57,24 +85,27 @@ def build_data(cfg):
         if d.heldout_path:
             heldout = load_examples(d.heldout_path, **fields)[:d.heldout_size]
         else:
-            train, heldout = split_train_heldout(train, d.heldout_size / len(train), salt="heldout")
-        return train, heldout, math_fn
-    raise ValueError(f"config data.source={d.source!r} is unknown; use arithmetic | reasoning_gym | file")
+            train, heldout = split_heldout(train, d.heldout_size)
+        return train, heldout, math_fn, solve_prompt
+    raise ValueError(f"config data.source={d.source!r} is unknown; use arithmetic | reasoning_gym | file | code")
 
 
-def build_tokenizer(cfg, train, workdir):
-    from jaxrl_reason.data.prompts import solve_prompt
+def build_tokenizer(cfg, train, workdir, prompt_fn):
     from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
     from jaxrl_reason.tokenization import Tokenizer
 
     if cfg.tokenizer.path:
         return Tokenizer.from_pretrained(cfg.tokenizer.path)
+    if cfg.model.get("gguf_path"):
+        from jaxrl_reason.models.gguf_port import load_gguf_tokenizer
+
+        return load_gguf_tokenizer(cfg.model.gguf_path)
     path = os.path.join(workdir, "tokenizer")
     if os.path.exists(os.path.join(path, "tokenizer.json")):
         return Tokenizer.from_pretrained(path)
     texts = []
     for e in train[:5000]:
-        texts.append(solve_prompt(e.question))
+        texts.append(prompt_fn(e.question))
         texts.append(e.solution or e.answer)
     return train_tiny_tokenizer(texts, path, vocab_size=cfg.tokenizer.vocab_size)
 
@@ -84,6 +115,10 @@ def build_model(cfg, tokenizer, workdir):
     from jaxrl_reason.models.qwen2 import ModelConfig, init_model
 
     m = cfg.model
+    if m.get("gguf_path"):
+        from jaxrl_reason.models.gguf_port import load_gguf
+
+        return load_gguf(m.gguf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)[0]
     if m.hf_path:
         return load_pretrained(m.hf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)
     mc = ModelConfig(vocab_size=tokenizer.vocab_size, hidden_size=m.hidden_size,
@@ -153,8 +188,8 @@ def run(cfg) -> dict:
     results_path = os.path.join(workdir, "results.json")
     results = json.load(open(results_path)) if os.path.exists(results_path) else {}
 
-    train, heldout, reward_fn = build_data(cfg)
-    tokenizer = build_tokenizer(cfg, train, workdir)
+    train, heldout, reward_fn, prompt_fn = build_data(cfg)
+    tokenizer = build_tokenizer(cfg, train, workdir, prompt_fn)
     print(f"data: {len(train)} train / {len(heldout)} held-out problems; vocab {tokenizer.vocab_size}")
 
     sft_dir = os.path.join(workdir, "sft_model")
@@ -167,7 +202,7 @@ def run(cfg) -> dict:
             t = time.time()
             sft_train(model, tokenizer, train[:cfg.sft.examples], steps=cfg.sft.steps, batch_size=cfg.sft.batch_size,
                       lr=cfg.sft.lr, warmup_steps=cfg.sft.warmup_steps, seed=cfg.seed, writer=writer,
-                      progress=cfg.rl.progress)
+                      progress=cfg.rl.progress, prompt_fn=prompt_fn)
             writer.close()
             results["sft_seconds"] = time.time() - t
             save_pretrained(model, sft_dir)
@@ -177,7 +212,7 @@ def run(cfg) -> dict:
         from flax import nnx
         return evaluate_accuracy(model, params if params is not None else nnx.state(model), tokenizer, heldout,
                                  reward_fn, max_new_tokens=cfg.rl.max_new_tokens,
-                                 batch_size=cfg.rl.eval_batch_size, progress=cfg.rl.progress)
+                                 batch_size=cfg.rl.eval_batch_size, progress=cfg.rl.progress, prompt_fn=prompt_fn)
 
     if "before" not in results:
         results["before"] = heldout_acc()
@@ -187,7 +222,7 @@ def run(cfg) -> dict:
     method = make_method(cfg.method if cfg.method.max_len else {**cfg.method.to_dict(),
                                                                  "max_len": cfg.rl.max_new_tokens})
     trainer = Trainer(model, tokenizer, method, rl_train, reward_fn, trainer_config(cfg), workdir,
-                      eval_examples=heldout)
+                      eval_examples=heldout, prompt_fn=prompt_fn)
     t = time.time()
     trainer.run()
     results["rl_seconds"] = results.get("rl_seconds", 0.0) + time.time() - t
