@@ -63,6 +63,15 @@ class TrainerConfig:
     eval_batch_size: int = 64
     progress: bool = True
 
+    def __post_init__(self):
+        for f in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "num_iterations",
+                  "micro_batches"):
+            if int(getattr(self, f)) < 1:
+                raise ValueError(f"TrainerConfig.{f} must be >= 1, got {getattr(self, f)}")
+        if self.dynamic_sampling and self.samples_per_prompt < 2:
+            raise ValueError("TrainerConfig.dynamic_sampling needs samples_per_prompt >= 2 (a group of one has no "
+                             "variance to select on)")
+
 
 def render_solve_prompts(tokenizer, questions: Sequence[str], prompt_fn: Callable[[str], str] = solve_prompt
                          ) -> list[list[int]]:
