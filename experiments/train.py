@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from absl import app, flags, logging
+from absl import app, logging
 from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

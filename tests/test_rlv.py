@@ -5,35 +5,24 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrl_reason.data.arithmetic import ArithmeticConfig, arithmetic_examples
+from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.data.prompts import solve_prompt, verify_prompt
-from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
 from jaxrl_reason.inference.verifier import score, verify_rows
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.methods.rlv import RLV, balanced_indices
-from jaxrl_reason.models.qwen2 import ModelConfig, init_model
-from jaxrl_reason.rewards.math import math_reward
 from jaxrl_reason.rl.batch import TASKS, build_token_batch
 from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig
 from jaxrl_reason.train.update import make_update
 
-ARITH = ArithmeticConfig(min_digits=1, max_digits=1, operations=("+",))
+from tiny import ARITH, arith_tokenizer, tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    ex = arithmetic_examples(300, seed=1, config=ARITH)
-    texts = [solve_prompt(e.question) for e in ex] + [e.solution for e in ex]
-    texts += [verify_prompt(e.question, e.solution) for e in ex[:50]]
-    return train_tiny_tokenizer(texts, str(tmp_path_factory.mktemp("tok")), vocab_size=300)
-
-
-def tiny_model(tokenizer, seed=0):
-    cfg = ModelConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      tie_word_embeddings=True, rope_theta=10000.0)
-    return init_model(cfg, seed=seed)
+    ex = arithmetic_examples(50, seed=1, config=ARITH)
+    return arith_tokenizer(tmp_path_factory.mktemp("tok"), n=300,
+                           extra_texts=[verify_prompt(e.question, e.solution) for e in ex])
 
 
 def test_balanced_indices():

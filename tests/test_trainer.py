@@ -9,11 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrl_reason.data.arithmetic import ArithmeticConfig, arithmetic_examples
-from jaxrl_reason.data.prompts import solve_prompt
-from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
+from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
-from jaxrl_reason.models.qwen2 import ModelConfig, init_model
 from jaxrl_reason.rewards.math import math_reward
 from jaxrl_reason.rl.batch import build_token_batch
 from jaxrl_reason.rl.losses import pg_spec
@@ -21,21 +18,12 @@ from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import NonFiniteLossError, Trainer, TrainerConfig
 from jaxrl_reason.train.update import make_update, model_logprobs
 
-ARITH = ArithmeticConfig(min_digits=1, max_digits=1, operations=("+",))
+from tiny import ARITH, arith_tokenizer, tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    ex = arithmetic_examples(400, seed=1, config=ARITH)
-    texts = [solve_prompt(e.question) for e in ex] + [e.solution for e in ex]
-    return train_tiny_tokenizer(texts, str(tmp_path_factory.mktemp("tok")), vocab_size=300)
-
-
-def tiny_model(tokenizer, seed=0):
-    cfg = ModelConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True, rope_theta=10000.0)
-    return init_model(cfg, seed=seed)
+    return arith_tokenizer(tmp_path_factory.mktemp("tok"))
 
 
 def reward_fn(texts, examples):

@@ -1,7 +1,7 @@
 """What a method sees (rollouts) and what it returns (a TokenBatch and metrics)."""
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 

@@ -11,7 +11,6 @@ fresh forward pass over the sampled sequence up to float rounding: the trainer's
 from __future__ import annotations
 
 import functools
-import time
 from typing import Any, NamedTuple, Optional, Sequence
 
 import jax

@@ -6,10 +6,9 @@ previous checkpoint intact and the half-written one is ignored on restore.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Optional
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxrl_reason.train.state import TrainState

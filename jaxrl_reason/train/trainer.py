@@ -22,7 +22,7 @@ from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to
 from jaxrl_reason.rl.losses import needs_reference, sft_spec
-from jaxrl_reason.sampling.sampler import FINISH_NAMES, sample
+from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
 from jaxrl_reason.train.metrics import MetricsWriter, progress_bar
 from jaxrl_reason.train.state import TrainState, init_state, make_optimizer
