@@ -243,7 +243,8 @@ def run(cfg) -> dict:
     print()
     print(f"| held-out ({b['num_examples']} problems) | accuracy | mean length | finished |")
     print("|---|---|---|---|")
-    print(f"| before RL (after SFT warm-up) | {b['accuracy']:.1%} | {b['mean_length']:.1f} | {b['finished_frac']:.0%} |")
+    before_label = "before RL (after SFT warm-up)" if cfg.sft.steps > 0 else "before RL"
+    print(f"| {before_label} | {b['accuracy']:.1%} | {b['mean_length']:.1f} | {b['finished_frac']:.0%} |")
     print(f"| after {cfg.rl.steps} RL steps ({cfg.method.name}/{cfg.method.estimator}) | {a['accuracy']:.1%} | "
           f"{a['mean_length']:.1f} | {a['finished_frac']:.0%} |")
     print(f"\nchange: {100 * (a['accuracy'] - b['accuracy']):+.1f} points; RL {results['rl_seconds']:.0f} s; "
