@@ -1,0 +1,168 @@
+"""Bytes per device for a model config on a mesh, before anything is allocated.
+
+Exact for what the partition rules decide (parameters and optimizer state are sharded shapes of known arrays,
+computed with `jax.eval_shape`, so no memory is touched); an estimate for what XLA decides (gradient buffers,
+saved activations of the backward pass, the KV cache of the sampler). The compiled program's
+`memory_analysis()` is the ground truth once a device is at hand; this answers "will it fit?" beforehand.
+
+RL alternates sampling and training, so the peak is
+    params + optimizer state + max(gradients + activations,  KV cache + sampling logits).
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, NamedTuple, Optional, Union
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxrl_reason.parallel.mesh import AXES, BATCH_AXES, resolve_mesh_shape
+from jaxrl_reason.parallel.rules import DEFAULT_RULES, Rules, ShardingError, tree_specs
+
+GiB = 1024 ** 3
+
+
+class BatchSettings(NamedTuple):
+    """train_rows: global rows of one update (all tasks packed); train_length: tokens per row;
+    micro_batches: gradient-accumulation steps; logprob_chunk: the update's logits chunk (None = whole row);
+    sample_rows: global rows decoded at once (prompts x samples); sample_length: prompt + new tokens."""
+
+    train_rows: int
+    train_length: int
+    sample_rows: int = 0
+    sample_length: int = 0
+    micro_batches: int = 1
+    logprob_chunk: Optional[int] = None
+
+
+class MemoryPlan(NamedTuple):
+    mesh: dict
+    params: int
+    optimizer_state: int
+    gradients: int
+    activations: int
+    kv_cache: int
+    sampling_logits: int
+
+    @property
+    def peak(self) -> int:
+        return self.params + self.optimizer_state + max(self.gradients + self.activations,
+                                                        self.kv_cache + self.sampling_logits)
+
+    def fits(self, device_bytes: float, headroom: float = 0.1) -> bool:
+        """True if the peak leaves `headroom` (fraction) of the device free for XLA's scratch and fragmentation."""
+        return self.peak <= device_bytes * (1.0 - headroom)
+
+    def table(self, device_bytes: Optional[float] = None, headroom: float = 0.1) -> str:
+        rows = [("params", self.params), ("optimizer state", self.optimizer_state), ("gradients", self.gradients),
+                ("activations (train)", self.activations), ("KV cache (sampling)", self.kv_cache),
+                ("logits (sampling)", self.sampling_logits), ("peak", self.peak)]
+        mesh = ", ".join(f"{k}={v}" for k, v in self.mesh.items())
+        lines = [f"per-device memory on mesh ({mesh})", f"{'':22s} {'bytes':>16s} {'GiB':>9s}"]
+        lines += [f"{name:22s} {b:16,d} {b / GiB:9.3f}" for name, b in rows]
+        if device_bytes is not None:
+            verdict = "FITS" if self.fits(device_bytes, headroom) else "DOES NOT FIT"
+            lines.append(f"{verdict} in {device_bytes / GiB:.1f} GiB per device (keeping {headroom:.0%} free; "
+                         f"peak is {self.peak / device_bytes:.0%} of the device)")
+        return "\n".join(lines)
+
+
+class _Sizes:
+    """Stands in for a Mesh where only axis sizes matter: plans for meshes this machine does not have."""
+
+    def __init__(self, sizes: Mapping[str, int]):
+        self.shape = dict(sizes)
+
+
+def _sizes(mesh) -> dict:
+    if isinstance(mesh, Mesh):
+        return {a: mesh.shape[a] for a in AXES}
+    if isinstance(mesh, Mapping) and all(int(v) > 0 for v in mesh.values()):
+        return {a: int(mesh.get(a, 1)) for a in AXES}
+    raise ValueError("mesh must be a jax Mesh or a dict of positive axis sizes like {'data': 1, 'fsdp': 8, "
+                     "'tp': 1} (resolve -1 with mesh.resolve_mesh_shape first)")
+
+
+def _shard_bytes(abstract_tree, sizes: dict, rules: Rules) -> int:
+    specs = tree_specs(abstract_tree, _Sizes(sizes), rules)
+    total = 0
+    for x, spec in zip(jax.tree.leaves(abstract_tree),
+                       jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec))):
+        shards = math.prod(math.prod(sizes[a] for a in ((ax,) if isinstance(ax, str) else ax)) if ax else 1
+                           for ax in spec)
+        total += math.prod(x.shape) * np.dtype(x.dtype).itemsize // shards
+    return total
+
+
+def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, optimizer="adamw",
+         rules: Rules = DEFAULT_RULES) -> MemoryPlan:
+    """Per-device bytes for `cfg` (a ModelConfig) on `mesh` (a Mesh, or axis sizes) with `batch` settings.
+
+    optimizer: an optax GradientTransformation, or "adamw" for `train.state.make_optimizer`'s AdamW.
+    Raises ShardingError (naming the tensor) if the mesh cannot hold the model under `rules`.
+    """
+    from flax import nnx
+
+    from jaxrl_reason.models.qwen2 import as_dtype, init_model
+    from jaxrl_reason.parallel.rules import check_model_on_mesh
+
+    sizes = _sizes(mesh)
+    check_model_on_mesh(cfg, _Sizes(sizes))
+    if optimizer == "adamw":
+        from jaxrl_reason.train.state import make_optimizer
+
+        optimizer = make_optimizer(1e-6, total_steps=1)
+    abstract = nnx.state(nnx.eval_shape(lambda: init_model(cfg, 0)))
+    params = _shard_bytes(abstract, sizes, rules)
+    opt = _shard_bytes(jax.eval_shape(optimizer.init, abstract), sizes, rules)
+    # The update keeps a gradient accumulator and the current micro-batch's gradients (both param-shaped).
+    grads = 2 * params
+
+    shards = math.prod(sizes[a] for a in BATCH_AXES)
+    tp = sizes["tp"]
+    for field, rows in (("train_rows", batch.train_rows), ("sample_rows", batch.sample_rows)):
+        if rows % shards:
+            raise ShardingError(f"batch/{field}={rows} does not divide over data x fsdp = {shards} batch shards")
+    if batch.train_rows % batch.micro_batches:
+        raise ShardingError(f"batch/train_rows={batch.train_rows} does not split into micro_batches="
+                            f"{batch.micro_batches}")
+    act_b = np.dtype(as_dtype(cfg.dtype)).itemsize
+    h, d, i, v = cfg.hidden_size, cfg.dim_per_head, cfg.intermediate_size, cfg.vocab_size
+    nq, nkv, layers = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers
+    t = batch.train_length
+    # A micro-batch whose rows do not divide over the shards is padded to the next whole row per shard.
+    rows = -(-(batch.train_rows // batch.micro_batches) // shards)
+    # Saved for the backward pass, per token and layer (scanned layers, no rematerialisation): the residual
+    # stream and both norm outputs; q/k/v before and after RoPE and the attention output (split by heads over
+    # tp); float32 scores and the probabilities over t keys; the MLP's gate, up, activation and product.
+    per_token_layer = (act_b * (4 * h + (3 * nq + 3 * nkv) * d // tp + 4 * i // tp)
+                       + (4 + act_b) * (nq // tp) * t)
+    chunk = min(batch.logprob_chunk or t, t)
+    # float32 logits, log-softmax and its gradient for one chunk of rows x time (vocab split over tp).
+    logits = 3 * 4 * rows * chunk * v // tp
+    activations = rows * t * layers * per_token_layer + logits
+
+    s_rows = batch.sample_rows // shards if batch.sample_rows else 0
+    kv = 2 * layers * s_rows * (nkv // tp) * d * batch.sample_length * act_b + s_rows * batch.sample_length
+    sampling_logits = 2 * 4 * s_rows * v // tp  # next-token logits and their log-softmax, float32
+    return MemoryPlan(sizes, params, opt, grads, activations, kv, sampling_logits)
+
+
+def parse_mesh(text: str, num_devices: Optional[int] = None) -> dict:
+    """'data=2,fsdp=-1,tp=2' -> {'data': 2, 'fsdp': 2, 'tp': 2} (with num_devices=8)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            raise ValueError(f"mesh entry {part!r} must look like axis=size (axes {AXES})")
+        k, val = part.split("=", 1)
+        out[k.strip()] = int(val)
+    if any(s == -1 for s in out.values()):
+        if num_devices is None:
+            raise ValueError("a -1 mesh size needs the device count (--devices)")
+        out = dict(zip(AXES, resolve_mesh_shape(out, num_devices)))
+    elif num_devices is not None:
+        out = dict(zip(AXES, resolve_mesh_shape(out, num_devices)))
+    else:
+        out = dict(zip(AXES, resolve_mesh_shape(out, math.prod(out.values()))))
+    return out
