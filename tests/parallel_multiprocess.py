@@ -42,9 +42,8 @@ def run(out_dir: str):
     params = rules.shard_params(params, mesh)
     opt_state = rules.init_opt_state(opt, params, mesh)
     rows = pmesh.process_rows(GLOBAL_ROWS, mesh)
-    global_shape = jax.tree.map(lambda x: jax.ShapeDtypeStruct((GLOBAL_ROWS,) + x.shape[1:], x.dtype),
-                                toy_batch(rows=GLOBAL_ROWS, seed=1))
-    update, *_ = rules.make_sharded_update(graphdef, opt, TERMS, mesh, params, opt_state, global_shape)
+    # No batch example: the batch layout is one row-split sharding, whatever the (bucketed) shapes.
+    update, *_ = rules.make_sharded_update(graphdef, opt, TERMS, mesh, params, opt_state)
     history = []
     for step in range(STEPS):
         # Stand-in for a data loader that reads only this process's rows.

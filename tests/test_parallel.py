@@ -279,3 +279,23 @@ def test_two_processes_with_jax_distributed_match_one_process(tmp_path):
     assert sorted(pm.files) == sorted(ps.files) and len(pm.files) == 15
     for k in pm.files:
         np.testing.assert_allclose(pm[k], ps[k], atol=1e-5)
+
+
+@pytest.mark.parametrize("name, devices", [("rlv_qwen25_math_1p5b_8gpu", 8), ("rlv_qwen25_math_1p5b_v5e16", 16)])
+def test_launch_configs_fit_their_devices(name, devices):
+    """The launch configs' mesh and batch settings, planned for the device count they target, fit its memory."""
+    import importlib
+
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "configs"))
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    import plan_memory
+
+    c = importlib.import_module(name).get_config()
+    mesh = dict(zip(("data", "fsdp", "tp"), resolve_mesh_shape(c.parallel.mesh_shape.to_dict(), devices)))
+    cfg = plan_memory.load_model_config("qwen2.5-math-1.5b", "float32", c.model.dtype)
+    rollouts = c.rl.prompts_per_step * c.rl.samples_per_prompt
+    length = 1024  # the configs' context: prompt + max_new_tokens
+    batch = memory.BatchSettings(train_rows=2 * rollouts, train_length=length, sample_rows=rollouts,
+                                 sample_length=length, micro_batches=c.rl.micro_batches)  # solve + verify rows
+    plan = memory.plan(cfg, mesh, batch)
+    assert plan.fits(c.parallel.device_memory_gb * memory.GiB), plan.table(c.parallel.device_memory_gb * memory.GiB)

@@ -151,6 +151,9 @@ def put(x, sharding: NamedSharding) -> jax.Array:
 
 
 def shard_tree(tree, shardings):
+    """`put` every leaf on its sharding; `shardings` is a matching tree or one sharding for all leaves."""
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda x: put(x, shardings), tree)
     return jax.tree.map(put, tree, shardings)
 
 
@@ -271,12 +274,14 @@ def kv_cache_shardings(cache, mesh: Mesh):
 # The fused update on a mesh
 
 
-def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_state, batch_example, *,
+def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_state, batch_example=None, *,
                         rules: Rules = DEFAULT_RULES, **update_kw):
     """`train.update.make_update` compiled for the mesh: params and optimizer state stay in their rule
     shardings across steps (inputs and outputs pinned, both donated), the batch is split by rows, and the
     metrics come back replicated. XLA's SPMD partitioner inserts the gathers and reduce-scatters.
 
+    batch_example: a batch (or ShapeDtypeStructs) to check row divisibility up front; None accepts any row
+    count that divides data x fsdp (bucketed batches change shape between steps), checked by jit at call time.
     Returns `(update, param_shardings, opt_shardings, batch_shardings)`.
     """
     from jaxrl_reason.train.update import UpdateOutput, make_update
@@ -284,7 +289,8 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
     inner = make_update(graphdef, optimizer, terms, **update_kw)
     ps = tree_shardings(params, mesh, rules)
     os_ = tree_shardings(opt_state, mesh, rules)
-    bs = batch_sharding(batch_example, mesh)
+    # A single sharding is a pytree prefix for the whole batch: every field split by rows, whatever its rank.
+    bs = NamedSharding(mesh, P(BATCH)) if batch_example is None else batch_sharding(batch_example, mesh)
     rep = NamedSharding(mesh, P())
     update = jax.jit(lambda p, o, b: inner(p, o, b), in_shardings=(ps, os_, bs),
                      out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1))
