@@ -1,12 +1,10 @@
 """Scale-out: mesh shapes, partition rules, the memory planner, and — on 8 fake CPU devices in a subprocess
 (tests/parallel_checks.py) — sharded updates, sampling, loading and checkpoints equal to one device."""
 import json
-import math
 import os
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P

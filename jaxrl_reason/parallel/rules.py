@@ -21,7 +21,7 @@ names the tensor: silent replication would quietly multiply memory.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
