@@ -289,18 +289,22 @@ class _Worker:
         self.started = time.monotonic()
 
 
+def _kill_worker(w: _Worker) -> None:
+    if w.proc.poll() is None:
+        w.proc.kill()
+    try:
+        w.proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        w.conn.close()
+    except OSError:
+        pass
+
+
 def _kill_workers(workers: list[_Worker]) -> None:
     for w in workers:
-        if w.proc.poll() is None:
-            w.proc.kill()
-        try:
-            w.proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            w.conn.close()
-        except OSError:
-            pass
+        _kill_worker(w)
     workers.clear()
 
 
@@ -377,16 +381,7 @@ class MathGrader:
                 w.proc.wait(timeout=2.0)
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass
-        if w.proc.poll() is None:
-            w.proc.kill()
-        try:
-            w.proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            w.conn.close()
-        except OSError:
-            pass
+        _kill_worker(w)
 
     def _check_pid(self) -> None:
         # After os.fork() the child must not talk to (or kill) the parent's workers; it starts its own.
