@@ -9,16 +9,14 @@ model output (some through SymPy) and a reward function must never hang or raise
 """
 from __future__ import annotations
 
-import atexit
 import json
-import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from jaxrl_reason.data.datasets import Example
 from jaxrl_reason.rewards.base import RewardResult
-from jaxrl_reason.rewards.math import MathGrader, find_boxed
+from jaxrl_reason.rewards.math import MathGrader, find_boxed, shared_grader
 
 REASONING_GYM_FLAGS = ("no_answer", "unclosed_box", "timeout", "scorer_error")
 
@@ -84,18 +82,9 @@ def _score_in_worker(task: str, config_json: str, answer: str, entry: dict) -> f
     return float(scorer(answer, entry))
 
 
-_DEFAULT: MathGrader | None = None
-_DEFAULT_LOCK = threading.Lock()
-
-
 def default_reasoning_gym_grader() -> MathGrader:
     """A process-wide pool whose workers import reasoning-gym up front (closed at interpreter exit)."""
-    global _DEFAULT
-    with _DEFAULT_LOCK:
-        if _DEFAULT is None:
-            _DEFAULT = MathGrader(preload=("reasoning_gym",), timeout_s=5.0)
-            atexit.register(_DEFAULT.close)
-        return _DEFAULT
+    return shared_grader("reasoning_gym", preload=("reasoning_gym",), timeout_s=5.0)
 
 
 def reasoning_gym_reward(completions: Sequence[str], examples: Sequence[Example], *, binary: bool = True,

@@ -598,18 +598,22 @@ class MathGrader:
         return out
 
 
-_DEFAULT: MathGrader | None = None
-_DEFAULT_LOCK = threading.Lock()
+_SHARED: dict[str, MathGrader] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_grader(name: str, **kwargs) -> MathGrader:
+    """A process-wide grader registered under `name`, created on first use (with `kwargs`) and closed at exit."""
+    with _SHARED_LOCK:
+        if name not in _SHARED:
+            _SHARED[name] = MathGrader(**kwargs)
+            atexit.register(_SHARED[name].close)
+        return _SHARED[name]
 
 
 def default_grader() -> MathGrader:
-    """The process-wide grader, created on first use and closed at interpreter exit."""
-    global _DEFAULT
-    with _DEFAULT_LOCK:
-        if _DEFAULT is None:
-            _DEFAULT = MathGrader()
-            atexit.register(_DEFAULT.close)
-        return _DEFAULT
+    """The process-wide math grader."""
+    return shared_grader("math")
 
 
 # ----------------------------------------------------------------------------------------------------------------
