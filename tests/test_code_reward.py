@@ -337,7 +337,9 @@ def test_hostile_programs(canary_dir):
 
 
 def test_timeouts_run_in_parallel_and_order_is_kept(sandbox):
-    config = HOSTILE._replace(timeout_s=1.5, test_timeout_s=5.0)  # the wall clock, not the alarm, stops them
+    # The CPU-time limit sits far above the wall clock so that only the parent's deadline can stop the loops
+    # (with cpu_time_s=1 < timeout_s a busy loop on an idle core hits RLIMIT_CPU first).
+    config = HOSTILE._replace(timeout_s=1.5, test_timeout_s=5.0, cpu_time_s=30)
     box = Sandbox(config)
     try:
         loop = "def f(x):\n    while True:\n        pass\n"
