@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxrl_reason.data.arithmetic import (ArithmeticConfig, arithmetic_example, arithmetic_examples,
-                                          column_addition, column_subtraction, long_multiplication,
+                                          column_addition, compact_solution, column_subtraction, long_multiplication,
                                           worked_solution)
 from jaxrl_reason.data.datasets import (DataIterator, DatasetFormatError, Example, FieldSpec, dedupe, epoch_order,
                                         gsm8k_final_answer, load_examples, load_hf_disk, load_jsonl, load_parquet,
@@ -290,10 +290,22 @@ def test_worked_solution_precedence_and_signs():
     assert value == 5 - 63 and "5 is less than 63, so 5 - 63 = -(63 - 5)." in text
 
 
+def test_compact_solution_precedence_and_signs():
+    text, value = compact_solution([3, 4, 5, 2], ["+", "*", "-"])
+    assert value == 21
+    assert text.splitlines() == ["4 * 5 = 20", "3 + 20 = 23", "23 - 2 = 21", "The answer is \\boxed{21}."]
+    text, value = compact_solution([5, -9], ["*"])
+    assert (text, value) == ("5 * (-9) = -45\nThe answer is \\boxed{-45}.", -45)
+    with pytest.raises(ValueError, match="solution_style"):
+        ArithmeticConfig(solution_style="terse")
+
+
 @pytest.mark.parametrize("config", [
     ArithmeticConfig(),
     ArithmeticConfig(min_digits=2, max_digits=4, min_operands=3, max_operands=5, operations=("+", "-", "*")),
     ArithmeticConfig(max_digits=2, min_operands=2, max_operands=4, operations=("-", "*")),
+    ArithmeticConfig(max_digits=2, min_operands=3, max_operands=5, operations=("+", "-", "*"),
+                     solution_style="compact"),
 ])
 def test_arithmetic_answers_are_correct(config):
     for ex in arithmetic_examples(150, seed=9, config=config):

@@ -216,6 +216,28 @@ def worked_solution(operands: Sequence[int], ops: Sequence[str]) -> tuple[str, i
     return "\n".join(lines), value
 
 
+def compact_solution(operands: Sequence[int], ops: Sequence[str]) -> tuple[str, int]:
+    """One line per operation (multiplication first, then left to right), each `a op b = r`, then the boxed
+    value: a few tokens per step instead of the column algorithm's dozens, for tiny models whose RL budget is
+    measured in completion tokens. Returns (text, value)."""
+    if len(ops) != len(operands) - 1 or not operands:
+        raise ValueError(f"need len(ops) == len(operands) - 1, got {len(ops)} ops for {len(operands)} operands.")
+    values, pending = list(operands), list(ops)
+    lines: list[str] = []
+    while pending:
+        i = pending.index("*") if "*" in pending else 0
+        a, b, op = values[i], values[i + 1], pending[i]
+        r = a + b if op == "+" else a - b if op == "-" else a * b
+        lines.append(f"{_fmt(a)} {op} {_fmt(b)} = {r}")
+        values[i:i + 2] = [r]
+        del pending[i]
+    lines.append(f"The answer is \\boxed{{{values[0]}}}.")
+    return "\n".join(lines), values[0]
+
+
+SOLUTION_STYLES = {"columns": worked_solution, "compact": compact_solution}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The generator
 # ----------------------------------------------------------------------------------------------------------------
@@ -228,6 +250,7 @@ class ArithmeticConfig:
     operations: drawn uniformly per gap among "+", "-", "*".
     allow_negative: if False, expressions whose intermediate or final value is negative are redrawn.
     question_template: must contain `{expression}`.
+    solution_style: "columns" (school algorithms digit by digit) or "compact" (one `a op b = r` line per step).
     """
 
     min_digits: int = 1
@@ -237,6 +260,7 @@ class ArithmeticConfig:
     operations: tuple[str, ...] = ("+", "-")
     allow_negative: bool = True
     question_template: str = "What is {expression}?"
+    solution_style: str = "columns"
 
     def __post_init__(self):
         if not 1 <= self.min_digits <= self.max_digits:
@@ -247,6 +271,9 @@ class ArithmeticConfig:
         bad = [op for op in self.operations if op not in _OPS]
         if bad or not self.operations:
             raise ValueError(f"operations must be a non-empty subset of {_OPS}, got {self.operations}.")
+        if self.solution_style not in SOLUTION_STYLES:
+            raise ValueError(f"solution_style must be one of {sorted(SOLUTION_STYLES)}, got "
+                             f"{self.solution_style!r}.")
         if "{expression}" not in self.question_template:
             raise ValueError("question_template must contain '{expression}'.")
 
@@ -280,7 +307,7 @@ def arithmetic_example(index: int, *, seed: int = 0, config: ArithmeticConfig = 
     else:
         raise ValueError(f"could not draw a non-negative expression for {config}; allow negatives or add '+'.")
     expression = _render(operands, ops)
-    solution, value = worked_solution(operands, ops)
+    solution, value = SOLUTION_STYLES[config.solution_style](operands, ops)
     return Example(
         question=config.question_template.format(expression=expression),
         answer=str(value),
