@@ -110,22 +110,65 @@ def build_tokenizer(cfg, train, workdir, prompt_fn):
     return train_tiny_tokenizer(texts, path, vocab_size=cfg.tokenizer.vocab_size)
 
 
-def build_model(cfg, tokenizer, workdir):
+def build_mesh(cfg):
+    """The device mesh of `cfg.parallel` (None: one device). First joins the other processes of a multi-host run:
+    those named by JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID, or, with `parallel.distributed`,
+    the ones JAX detects itself (TPU pods, SLURM). So it must run before anything else touches JAX devices."""
+    from jaxrl_reason.parallel.mesh import initialize_distributed, optional_mesh
+
+    p = cfg.get("parallel")
+    if p is None:
+        return None
+    initialize_distributed(auto=bool(p.get("distributed", False)))
+    return optional_mesh(p)
+
+
+def load_hf(path, cfg, mesh=None):
+    """An HF checkpoint, each tensor placed straight into its shardings when there is a mesh."""
     from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.parallel.rules import load_pretrained_sharded
+
+    kw = dict(dtype=cfg.model.dtype, compute_dtype=cfg.model.compute_dtype or None)
+    return load_pretrained(path, **kw) if mesh is None else load_pretrained_sharded(path, mesh, **kw)
+
+
+def save_hf(model, path, **kw):
+    """`save_pretrained` from process 0; a model sharded over several processes is gathered first (every
+    process joins the gather)."""
+    import jax
+    from flax import nnx
+
+    from jaxrl_reason.models.hf_port import save_pretrained
+    from jaxrl_reason.parallel.mesh import is_main_process, to_host
+
+    if jax.process_count() > 1:
+        graphdef, state = nnx.split(model)
+        model = nnx.merge(graphdef, jax.tree.map(to_host, state))
+    if is_main_process():
+        save_pretrained(model, path, **kw)
+
+
+def build_model(cfg, tokenizer, workdir, mesh=None):
     from jaxrl_reason.models.qwen2 import ModelConfig, init_model
 
     m = cfg.model
     if m.get("gguf_path"):
         from jaxrl_reason.models.gguf_port import load_gguf
+        from jaxrl_reason.parallel.rules import shard_model
 
-        return load_gguf(m.gguf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)[0]
+        model = load_gguf(m.gguf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)[0]
+        return model if mesh is None else shard_model(model, mesh)
     if m.hf_path:
-        return load_pretrained(m.hf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)
+        return load_hf(m.hf_path, cfg, mesh)
     mc = ModelConfig(vocab_size=tokenizer.vocab_size, hidden_size=m.hidden_size,
                      intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
                      num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
                      max_position_embeddings=m.max_position_embeddings, tie_word_embeddings=m.tie_word_embeddings,
                      rope_theta=10000.0, param_dtype=m.dtype, dtype=m.compute_dtype or m.dtype)
+    if mesh is not None:
+        from jaxrl_reason.parallel.rules import init_sharded
+
+        return init_sharded(mc, mesh, seed=cfg.seed)
     return init_model(mc, seed=cfg.seed)
 
 
@@ -140,7 +183,8 @@ def trainer_config(cfg):
         schedule=r.schedule, weight_decay=r.weight_decay, clip_norm=r.clip_norm,
         dynamic_sampling=r.dynamic_sampling, dynamic_sampling_max_rounds=r.dynamic_sampling_max_rounds,
         seed=cfg.seed, checkpoint_every=r.checkpoint_every, eval_every=r.eval_every,
-        eval_batch_size=r.eval_batch_size, progress=r.progress)
+        eval_batch_size=r.eval_batch_size, progress=r.progress,
+        logprob_chunk=r.get("logprob_chunk") or None)  # time chunk of the logits (large vocabularies)
 
 
 def plot_curves(history_path, out_png, before, after):
@@ -177,16 +221,23 @@ def plot_curves(history_path, out_png, before, after):
 
 
 def run(cfg) -> dict:
+    mesh = build_mesh(cfg)  # first: joining other processes must precede any other use of JAX devices
     from jaxrl_reason.methods import make_method
-    from jaxrl_reason.models.hf_port import load_pretrained, save_pretrained
+    from jaxrl_reason.parallel.mesh import is_main_process
     from jaxrl_reason.train.metrics import MetricsWriter
     from jaxrl_reason.train.trainer import Trainer, evaluate_accuracy, sft_train
+
+    def dump_results():
+        if is_main_process():
+            json.dump(results, open(results_path, "w"), indent=2)
 
     t_start = time.time()
     workdir = os.path.abspath(cfg.workdir)
     os.makedirs(workdir, exist_ok=True)
     results_path = os.path.join(workdir, "results.json")
     results = json.load(open(results_path)) if os.path.exists(results_path) else {}
+    if mesh is not None:
+        results["mesh"] = dict(mesh.shape)
 
     train, heldout, reward_fn, prompt_fn = build_data(cfg)
     tokenizer = build_tokenizer(cfg, train, workdir, prompt_fn)
@@ -194,35 +245,36 @@ def run(cfg) -> dict:
 
     sft_dir = os.path.join(workdir, "sft_model")
     if cfg.sft.steps > 0 and os.path.exists(os.path.join(sft_dir, "config.json")):
-        model = load_pretrained(sft_dir, dtype=cfg.model.dtype, compute_dtype=cfg.model.compute_dtype or None)
+        model = load_hf(sft_dir, cfg, mesh)
     else:
-        model = build_model(cfg, tokenizer, workdir)
+        model = build_model(cfg, tokenizer, workdir, mesh)
         if cfg.sft.steps > 0:
-            writer = MetricsWriter(os.path.join(workdir, "logs_sft"))
+            writer = MetricsWriter(os.path.join(workdir, "logs_sft"), enabled=is_main_process())
             t = time.time()
             sft_train(model, tokenizer, train[:cfg.sft.examples], steps=cfg.sft.steps, batch_size=cfg.sft.batch_size,
                       lr=cfg.sft.lr, warmup_steps=cfg.sft.warmup_steps, seed=cfg.seed, writer=writer,
-                      progress=cfg.rl.progress, prompt_fn=prompt_fn)
+                      progress=cfg.rl.progress, prompt_fn=prompt_fn, mesh=mesh)
             writer.close()
             results["sft_seconds"] = time.time() - t
-            save_pretrained(model, sft_dir)
+            save_hf(model, sft_dir)
     rl_train = train[cfg.sft.examples:] if cfg.sft.steps > 0 else train
 
     def heldout_acc(params=None):
         from flax import nnx
         return evaluate_accuracy(model, params if params is not None else nnx.state(model), tokenizer, heldout,
                                  reward_fn, max_new_tokens=cfg.rl.max_new_tokens,
-                                 batch_size=cfg.rl.eval_batch_size, progress=cfg.rl.progress, prompt_fn=prompt_fn)
+                                 batch_size=cfg.rl.eval_batch_size, progress=cfg.rl.progress, prompt_fn=prompt_fn,
+                                 mesh=mesh)
 
     if "before" not in results:
         results["before"] = heldout_acc()
-        json.dump(results, open(results_path, "w"), indent=2)
+        dump_results()
     print(f"held-out accuracy before RL: {results['before']['accuracy']:.1%}")
 
     method = make_method(cfg.method if cfg.method.max_len else {**cfg.method.to_dict(),
                                                                  "max_len": cfg.rl.max_new_tokens})
     trainer = Trainer(model, tokenizer, method, rl_train, reward_fn, trainer_config(cfg), workdir,
-                      eval_examples=heldout, prompt_fn=prompt_fn)
+                      eval_examples=heldout, prompt_fn=prompt_fn, mesh=mesh)
     t = time.time()
     trainer.run()
     results["rl_seconds"] = results.get("rl_seconds", 0.0) + time.time() - t
@@ -231,13 +283,14 @@ def run(cfg) -> dict:
     trainer.close()
 
     final = os.path.join(workdir, "final")
-    save_pretrained(model, final, generation_config={"eos_token_id": list(tokenizer.stop_ids),
-                                                     "pad_token_id": tokenizer.pad_id})
-    tokenizer.save_pretrained(final)
-    plot_curves(os.path.join(workdir, "logs"), os.path.join(workdir, "rl_curve.png"),
-                results["before"]["accuracy"], results["after"]["accuracy"])
+    save_hf(model, final, generation_config={"eos_token_id": list(tokenizer.stop_ids),
+                                             "pad_token_id": tokenizer.pad_id})
     results["total_seconds_this_run"] = time.time() - t_start
-    json.dump(results, open(results_path, "w"), indent=2)
+    if is_main_process():
+        tokenizer.save_pretrained(final)
+        plot_curves(os.path.join(workdir, "logs"), os.path.join(workdir, "rl_curve.png"),
+                    results["before"]["accuracy"], results["after"]["accuracy"])
+    dump_results()
 
     b, a = results["before"], results["after"]
     print()

@@ -84,4 +84,9 @@ def get_config():
     c.rl.eval_every = 0  # periodic held-out eval during RL (0 = only before/after)
     c.rl.eval_batch_size = 128
     c.rl.progress = True
+
+    c.parallel = ml_collections.ConfigDict()
+    c.parallel.mesh_shape = {"data": 1, "fsdp": 1, "tp": 1}  # devices per axis, -1 = the rest; all 1 = one device
+    c.parallel.distributed = False  # join processes with jax.distributed (JAX_COORDINATOR_ADDRESS... or auto)
+    c.parallel.device_memory_gb = 0  # per-device memory the launch config was planned for (0 = not planned)
     return c

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 from typing import Mapping, Optional, Sequence, Union
 
 import jax
@@ -183,3 +184,67 @@ def process_rows(global_rows: int, mesh: Mesh) -> slice:
         raise ValueError("this process's batch shards are not contiguous on the mesh; build the mesh with "
                          "make_mesh() so that each process owns a contiguous block of the data axes")
     return slice(lo, hi)
+
+
+def process_share(n: int) -> slice:
+    """This process's contiguous share of `n` host-side work items (reward scoring), as equal as possible; all of
+    them in a single-process run."""
+    count, index = jax.process_count(), jax.process_index()
+    per = -(-n // count)
+    return slice(min(index * per, n), min((index + 1) * per, n))
+
+
+def allgather_objects(local: Sequence) -> list:
+    """Every process's `local` list (any picklable items), concatenated in process order, on every process.
+
+    For host results of `process_share` work: reward scores and their detail dicts. Two small collectives
+    (sizes, then the padded pickles); a single-process run makes none.
+    """
+    if jax.process_count() == 1:
+        return list(local)
+    from jax.experimental import multihost_utils
+
+    blob = np.frombuffer(pickle.dumps(list(local)), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.array([blob.size], np.int64))).reshape(-1)
+    buf = np.zeros((int(sizes.max()),), np.uint8)
+    buf[:blob.size] = blob
+    everyone = np.asarray(multihost_utils.process_allgather(buf)).reshape(len(sizes), -1)
+    out = []
+    for row, size in zip(everyone, sizes):
+        out.extend(pickle.loads(row[:int(size)].tobytes()))
+    return out
+
+
+def to_host(x) -> np.ndarray:
+    """The whole value of an array as numpy on every process. An array spread over several processes' devices
+    is gathered first (every process must make the same call); a local one is simply copied."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def optional_mesh(config) -> Optional[Mesh]:
+    """`mesh_from_config`, or None when there is no `mesh_shape` or it resolves to a single device: one device runs
+    the plain (unsharded) path, the same computation without the placement bookkeeping."""
+    shape = None
+    if config is not None:
+        shape = config.get("mesh_shape", None) if hasattr(config, "get") else getattr(config, "mesh_shape", None)
+    if shape is None:
+        return None
+    if hasattr(shape, "to_dict"):
+        shape = shape.to_dict()
+    if math.prod(resolve_mesh_shape(shape, jax.device_count()) if _has_free_axis(shape) else _fixed(shape)) == 1:
+        return None
+    return make_mesh(shape)
+
+
+def _fixed(shape) -> list[int]:
+    return [int(v) for v in (shape.values() if isinstance(shape, Mapping) else shape)]
+
+
+def _has_free_axis(shape) -> bool:
+    return -1 in _fixed(shape)

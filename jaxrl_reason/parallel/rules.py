@@ -143,8 +143,9 @@ def param_shardings(model_or_params, mesh: Mesh, rules: Rules = DEFAULT_RULES):
 def put(x, sharding: NamedSharding) -> jax.Array:
     """Place a host array (identical in every process) on a sharding; each device gets only its slice, and in a
     multi-host run each process transfers only the slices of its own devices."""
-    if isinstance(x, jax.Array) and x.is_fully_addressable and jax.process_count() == 1:
+    if isinstance(x, jax.Array) and (not x.is_fully_addressable or jax.process_count() == 1):
         # Never alias the source: the sharded update donates its inputs, which must not delete the caller's array.
+        # A global array (spread over processes) is resharded device to device, never through one host.
         return jax.device_put(x, sharding, may_alias=False)
     a = np.asarray(x)
     return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
@@ -155,6 +156,17 @@ def shard_tree(tree, shardings):
     if isinstance(shardings, jax.sharding.Sharding):
         return jax.tree.map(lambda x: put(x, shardings), tree)
     return jax.tree.map(put, tree, shardings)
+
+
+def as_sharded(tree, shardings):
+    """Like `shard_tree`, but a leaf already laid out as asked is kept as it is (no copy): a model loaded straight
+    into its shardings is not duplicated on the way into the trainer."""
+    def one(x, s):
+        if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(s, x.ndim):
+            return x
+        return put(x, s)
+
+    return jax.tree.map(one, tree, shardings)
 
 
 def shard_params(params, mesh: Mesh, rules: Rules = DEFAULT_RULES):

@@ -79,9 +79,10 @@ def bucket_batch(n: int) -> int:
     return -(-n // 64) * 64
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens"))
-def prefill(graphdef, state, tokens, lengths, *, num_samples: int, max_new_tokens: int):
-    """tokens: [B, L] left-padded; lengths: [B]. Returns (cache for B*num_samples rows, last logits [B*G, V])."""
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens", "mesh"))
+def prefill(graphdef, state, tokens, lengths, *, num_samples: int, max_new_tokens: int, mesh=None):
+    """tokens: [B, L] left-padded; lengths: [B]. Returns (cache for B*num_samples rows, last logits [B*G, V]).
+    With a `mesh` the cache is pinned to its rows x kv-heads layout (`parallel.rules.kv_cache_shardings`)."""
     model: Qwen2 = nnx.merge(graphdef, state)
     b, l = tokens.shape
     mask = (jnp.arange(l)[None, :] >= (l - lengths)[:, None]).astype(jnp.int32)
@@ -91,11 +92,13 @@ def prefill(graphdef, state, tokens, lengths, *, num_samples: int, max_new_token
     if num_samples > 1:
         cache = cache.repeat(num_samples)
         last = jnp.repeat(last, num_samples, axis=0)
+    if mesh is not None:
+        cache = _pin_cache(cache, mesh)
     return cache, last
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("carry",))
-def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, stop_ids, pad_id):
+@functools.partial(jax.jit, static_argnames=("graphdef", "mesh"), donate_argnames=("carry",))
+def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, stop_ids, pad_id, mesh=None):
     """Run decode steps until `end_step` or until every row is done. The carry (KV cache included) is donated:
     XLA updates it in place instead of copying it each call."""
     model: Qwen2 = nnx.merge(graphdef, state)
@@ -122,6 +125,8 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
         done = c.done | hit | out_of_room
         logits, cache = model(tok[:, None], c.positions[:, None], live[:, None].astype(jnp.int32), cache=c.cache,
                               layer_params=layer_params)
+        if mesh is not None:  # keep the loop's cache in its layout instead of whatever propagation picks
+            cache = _pin_cache(cache, mesh)
         return _Carry(cache, logits[:, 0], tokens, logprobs, sampling_logprobs, done, finish, lengths,
                       c.positions + 1, c.step + 1, key)
 
@@ -178,10 +183,54 @@ def cut_at_stop_strings(tokens: np.ndarray, lengths: np.ndarray, stop_strings: S
     return cuts
 
 
+def _pin_cache(cache: KVCache, mesh) -> KVCache:
+    from jaxrl_reason.parallel.rules import kv_cache_shardings
+
+    return jax.lax.with_sharding_constraint(cache, kv_cache_shardings(cache, mesh))
+
+
+def _on_mesh(x, mesh, *, rows: bool = True):
+    """A device array; with a `mesh`, split by rows over data x fsdp (or replicated), each process placing its
+    devices' slices from its own identical copy."""
+    if mesh is None:
+        return jnp.asarray(x)
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from jaxrl_reason.parallel.rules import BATCH, as_sharded
+
+    return as_sharded(x, NamedSharding(mesh, P(BATCH) if rows and np.ndim(x) else P()))
+
+
+def _pad_rows_for_mesh(tokens, lengths, pad_id: int, mesh):
+    """Filler prompts (one pad token each, discarded afterwards) until the rows divide over data x fsdp."""
+    from jaxrl_reason.parallel.mesh import batch_shards
+
+    extra = (-tokens.shape[0]) % batch_shards(mesh)
+    if not extra:
+        return tokens, lengths
+    return (np.concatenate([tokens, np.full((extra, tokens.shape[1]), pad_id, tokens.dtype)]),
+            np.concatenate([lengths, np.ones((extra,), lengths.dtype)]))
+
+
+def _carry_on_mesh(carry: _Carry, mesh) -> _Carry:
+    from jaxrl_reason.parallel.rules import as_sharded, kv_cache_shardings
+
+    rows = {f: _on_mesh(getattr(carry, f), mesh) for f in _Carry._fields if f not in ("cache", "step", "key")}
+    return carry._replace(cache=as_sharded(carry.cache, kv_cache_shardings(carry.cache, mesh)),
+                          step=_on_mesh(carry.step, mesh, rows=False), key=_on_mesh(carry.key, mesh, rows=False),
+                          **rows)
+
+
+def _host(x) -> np.ndarray:
+    from jaxrl_reason.parallel.mesh import to_host
+
+    return to_host(x)
+
+
 def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temperature: float = 1.0,
            top_p: float = 1.0, top_k: int = 0, num_samples: int = 1, stop_token_ids: Sequence[int] = (),
            stop_strings: Sequence[str] = (), tokenizer: Any = None, pad_id: Optional[int] = None,
-           chunk_steps: int = 32, progress: Optional[Any] = None, state=None) -> SampleOutput:
+           chunk_steps: int = 32, progress: Optional[Any] = None, state=None, mesh=None) -> SampleOutput:
     """Sample `num_samples` completions for each prompt.
 
     prompts: a list of token-id lists (ragged), or (tokens [B, L] left-padded, lengths [B]).
@@ -190,6 +239,9 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     token whose text completes a stop string; tokens, log-probs and length are cut with it. Decoding runs in
     chunks of `chunk_steps` so rows that hit a stop string stop early.
     state: optional params (nnx.State) to use instead of the model's own (e.g. the trainer's latest).
+    mesh: a `parallel.make_mesh` mesh that `state` is sharded on: rows (prompts, samples, KV cache) are split
+    over data x fsdp and kv heads over tp; every process of a multi-host run makes the same call and gets the
+    whole output.
     """
     if max_new_tokens <= 0:
         raise ValueError(f"sample(): max_new_tokens must be positive, got {max_new_tokens}")
@@ -210,8 +262,10 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     graphdef, own_state = nnx.split(model)
     state = own_state if state is None else state
     tokens, lengths, n_prompts = _as_prompt_batch(prompts, pad_id, cfg.max_position_embeddings, max_new_tokens)
-    cache, last = prefill(graphdef, state, jnp.asarray(tokens), jnp.asarray(lengths),
-                          num_samples=num_samples, max_new_tokens=max_new_tokens)
+    if mesh is not None:
+        tokens, lengths = _pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
+    cache, last = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh),
+                          num_samples=num_samples, max_new_tokens=max_new_tokens, mesh=mesh)
     n = tokens.shape[0] * num_samples
     start_pos = np.repeat(lengths, num_samples)
     done = np.zeros((n,), bool)
@@ -221,19 +275,23 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
                    jnp.asarray(done), jnp.full((n,), FINISH_LENGTH, jnp.int32), jnp.zeros((n,), jnp.int32),
                    jnp.asarray(start_pos, jnp.int32), jnp.zeros((), jnp.int32),
                    jnp.array(key, copy=True))  # the carry is donated; never donate the caller's key
+    if mesh is not None:
+        carry = _carry_on_mesh(carry, mesh)
     stop_arr = jnp.asarray(stop_token_ids + [-1] * (_MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
     sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
+    if mesh is not None:
+        sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
     stop_cut = np.full((n,), -1, np.int64)
     step = 0
     chunk = max_new_tokens if not stop_strings and progress is None else max(1, chunk_steps)
     while step < max_new_tokens:
         step = min(step + chunk, max_new_tokens)
-        carry = decode(graphdef, state, carry, jnp.int32(step), *sp)
+        carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
         if progress is not None:
             progress(int(carry.step), max_new_tokens)
         if stop_strings:
-            host_done = np.array(carry.done)
-            toks, lens = np.asarray(carry.tokens), np.asarray(carry.lengths)
+            host_done = _host(carry.done).copy()
+            toks, lens = _host(carry.tokens), _host(carry.lengths)
             rows = [i for i in range(n) if stop_cut[i] < 0 and i < n_prompts * num_samples]
             cuts = cut_at_stop_strings(toks[rows], lens[rows], stop_strings, tokenizer.decode)
             newly = [(r, c) for r, c in zip(rows, cuts) if c is not None]
@@ -241,14 +299,14 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
                 stop_cut[r] = c
             if newly:
                 host_done[[r for r, _ in newly]] = True
-                carry = carry._replace(done=jnp.asarray(host_done))
-        if bool(jnp.all(carry.done)):
+                carry = carry._replace(done=_on_mesh(host_done, mesh))
+        if bool(_host(carry.done).all()):
             break
-    out_tokens = np.array(carry.tokens)
-    out_lp = np.array(carry.logprobs)
-    out_slp = np.array(carry.sampling_logprobs)
-    out_len = np.array(carry.lengths)
-    finish = np.array(carry.finish)
+    out_tokens = _host(carry.tokens).copy()
+    out_lp = _host(carry.logprobs).copy()
+    out_slp = _host(carry.sampling_logprobs).copy()
+    out_len = _host(carry.lengths).copy()
+    finish = _host(carry.finish).copy()
     for r in np.nonzero(stop_cut >= 0)[0]:
         c = int(stop_cut[r])
         # A stop id earlier than the stop string wins (it ended the row first).

@@ -3,10 +3,16 @@ checkpoint. Host code orchestrates; everything numeric runs in jitted functions 
 
 Resumption is exact: the checkpoint holds params, optimizer state, step, PRNG key and the data position, and
 every random choice of a step derives from the key saved before it.
+
+On a mesh (`mesh=parallel.make_mesh(...)`) the same loop runs SPMD: params and optimizer state live in their
+partition-rule shardings, the sampler and the fused update split rows over data x fsdp, checkpoints are sharded
+Orbax saves that restore onto any mesh shape, and in a multi-process run every process executes this code with
+the same data order, scores only its share of the completions, and only process 0 writes metrics.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -15,10 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.parallel import mesh as pmesh
+from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to
 from jaxrl_reason.rl.losses import needs_reference, sft_spec
@@ -80,22 +89,35 @@ def render_solve_prompts(tokenizer, questions: Sequence[str], prompt_fn: Callabl
     return [tokenizer.encode(tokenizer.render_prompt(prompt_fn(q))) for q in questions]
 
 
+def score_rows(reward_fn, texts: Sequence[str], examples: Sequence[Any]) -> tuple[np.ndarray, list]:
+    """reward_fn over rows -> (float32 scores [rows], details). With several processes each scores its own
+    `process_share` of the rows (graders are host CPU work) and every process receives all results."""
+    if jax.process_count() == 1:
+        res = reward_fn(texts, examples)
+        return np.asarray(res.scores, np.float32), list(res.details)
+    share = pmesh.process_share(len(texts))
+    res = reward_fn(list(texts[share]), list(examples[share]))
+    scores = pmesh.allgather_objects(np.asarray(res.scores, np.float32).tolist())
+    return np.asarray(scores, np.float32), pmesh.allgather_objects(list(res.details))
+
+
 def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_tokens: int, batch_size: int = 64,
                       key=None, temperature: float = 0.0, progress: bool = False,
-                      prompt_fn: Callable[[str], str] = solve_prompt) -> dict:
-    """Greedy (default) held-out accuracy: one completion per question, scored by `reward_fn`."""
+                      prompt_fn: Callable[[str], str] = solve_prompt, mesh=None) -> dict:
+    """Greedy (default) held-out accuracy: one completion per question, scored by `reward_fn`.
+    mesh: the mesh `params` are sharded on (None: one device)."""
     key = jax.random.PRNGKey(0) if key is None else key
     correct, lengths, finished = [], [], []
-    bar = progress_bar(len(examples), "eval", disable=not progress)
+    bar = progress_bar(len(examples), "eval", disable=not progress or not pmesh.is_main_process())
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
         prompts = render_solve_prompts(tokenizer, [e.question for e in chunk], prompt_fn)
         out = sample(model, prompts, jax.random.fold_in(key, start), max_new_tokens=max_new_tokens,
                      temperature=temperature, stop_token_ids=tokenizer.stop_ids, pad_id=tokenizer.pad_id,
-                     state=params)
+                     state=params, mesh=mesh)
         texts = tokenizer.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
-        res = reward_fn(texts, chunk)
-        correct.extend(np.asarray(res.scores) > 0.5)
+        scores, _ = score_rows(reward_fn, texts, chunk)
+        correct.extend(scores > 0.5)
         lengths.extend(out.lengths.tolist())
         finished.extend(f != "length" for f in out.finish_names())
         bar.update(len(chunk))
@@ -107,31 +129,57 @@ def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_
 class Trainer:
     def __init__(self, model, tokenizer, method, train_examples: Sequence[Any], reward_fn: Callable,
                  config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
-                 prompt_fn: Callable[[str], str] = solve_prompt):
+                 prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
+                 rules: prules.Rules = prules.DEFAULT_RULES):
         """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy.
-        prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code)."""
+        prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code).
+        mesh: a `parallel.make_mesh` mesh to train on (None: one device, unsharded); `rules` lay out the params
+        and optimizer state on it. A model already loaded into those shardings is used without a copy."""
         self.prompt_fn = prompt_fn
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
-        self.cfg, self.workdir = config, workdir
+        self.cfg, self.workdir, self.mesh = config, workdir, mesh
         self.eval_examples = list(eval_examples or [])
         self.graphdef, params = nnx.split(model)
         self.terms = method.terms()
         self.optimizer = make_optimizer(config.lr, total_steps=config.steps, warmup_steps=config.warmup_steps,
                                         schedule=config.schedule, weight_decay=config.weight_decay,
                                         clip_norm=config.clip_norm)
-        self.update = make_update(self.graphdef, self.optimizer, self.terms, micro_batches=config.micro_batches,
-                                  logprob_chunk=config.logprob_chunk)
-        self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
-        self.state = init_state(params, self.optimizer, config.seed)
+        update_kw = dict(micro_batches=config.micro_batches, logprob_chunk=config.logprob_chunk)
+        if mesh is None:
+            self.update = make_update(self.graphdef, self.optimizer, self.terms, **update_kw)
+            self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
+            self.state = init_state(params, self.optimizer, config.seed)
+            self._ref_logprobs = functools.partial(reference_logprobs, self.graphdef, chunk_size=config.logprob_chunk)
+        else:
+            params = prules.as_sharded(params, prules.param_shardings(model, mesh, rules))
+            opt_state = prules.init_opt_state(self.optimizer, params, mesh, rules)
+            self.update, *_ = prules.make_sharded_update(self.graphdef, self.optimizer, self.terms, mesh, params,
+                                                         opt_state, rules=rules, **update_kw)
+            self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
+            self.state = TrainState(self._replicated(jnp.zeros((), jnp.int32)), params, opt_state,
+                                    self._replicated(jax.random.PRNGKey(config.seed)))
+            # Pinned to the batch layout so the update's row-split input sharding matches without a reshard.
+            rows = NamedSharding(mesh, P(prules.BATCH))
+            self._ref_logprobs = jax.jit(
+                lambda p, b: reference_logprobs(self.graphdef, p, b, chunk_size=config.logprob_chunk),
+                out_shardings=rows)
+        # Rows per update: whole micro-batches, each split evenly over the mesh's batch shards.
+        self._row_multiple = config.micro_batches * (1 if mesh is None else pmesh.batch_shards(mesh))
         self.data = DataIterator(list(train_examples), config.prompts_per_step, seed=config.seed)
         self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
-        self.writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=jax.process_index() == 0)
+        self.writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=pmesh.is_main_process())
         self._prompt_cache: dict[str, list[int]] = {}
         if self.ckpt.latest_step() is not None:
             self.state, extra = self.ckpt.restore(self.state)
             self.data.restore(extra["data"])
             method.load_state_dict(extra.get("method", {}))
-            print(f"resumed from step {int(self.state.step)} in {self.ckpt.directory}")
+            if pmesh.is_main_process():
+                print(f"resumed from step {int(self.state.step)} in {self.ckpt.directory}")
+
+    def _replicated(self, x):
+        """A small host-side value (step, PRNG key) as one identical copy on every device of the mesh, so that
+        Orbax saves it once and every process reads the same value."""
+        return prules.put(np.asarray(jax.device_get(x)), pmesh.replicated(self.mesh))
 
     # ------------------------------------------------------------------------------------------ rollouts
 
@@ -149,7 +197,7 @@ class Trainer:
         kw.setdefault("max_new_tokens", c.max_new_tokens)
         return sample(self.model, prompts, key, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                       num_samples=num_samples, stop_token_ids=self.tokenizer.stop_ids, pad_id=self.tokenizer.pad_id,
-                      state=self.state.params, **kw)
+                      state=self.state.params, mesh=self.mesh, **kw)
 
     def rollouts(self, examples, key) -> Rollouts:
         g = self.cfg.samples_per_prompt
@@ -158,11 +206,11 @@ class Trainer:
         completions = out.completions()
         texts = self.tokenizer.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
         per_row = [examples[i] for i in out.prompt_index]
-        res = self.reward_fn(texts, per_row)
-        rewards = np.asarray(res.scores, np.float32).reshape(len(examples), g)
+        scores, details = score_rows(self.reward_fn, texts, per_row)
+        rewards = scores.reshape(len(examples), g)
         return Rollouts(list(examples), prompts, completions,
                         [out.logprobs[i, :n] for i, n in enumerate(out.lengths)], texts, rewards,
-                        out.finish_names(), list(res.details))
+                        out.finish_names(), details)
 
     def _dynamic_rollouts(self, key) -> tuple[Rollouts, dict]:
         """DAPO dynamic sampling: keep only groups with reward variance, drawing more prompts until Q are kept."""
@@ -199,10 +247,11 @@ class Trainer:
         ctx = Context(self.tokenizer, lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, 1), **kw),
                       self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params)
         batch, method_metrics = self.method.build(ro, ctx)
-        batch = pad_rows_to(batch, c.micro_batches)
+        batch = pad_rows_to(batch, self._row_multiple)
+        if self.mesh is not None:
+            batch = prules.shard_batch(batch, self.mesh)
         if self.ref_params is not None:
-            batch = batch._replace(ref_logprobs=reference_logprobs(self.graphdef, self.ref_params, batch,
-                                                                   chunk_size=c.logprob_chunk))
+            batch = batch._replace(ref_logprobs=self._ref_logprobs(self.ref_params, batch))
         t_build = time.perf_counter()
         params, opt_state = self.state.params, self.state.opt_state
         step = int(self.state.step) + 1
@@ -222,7 +271,8 @@ class Trainer:
                 first_metrics = out.metrics
         jax.block_until_ready(params)
         t_update = time.perf_counter()
-        self.state = TrainState(jnp.asarray(step, jnp.int32), params, opt_state, key)
+        step_arr = jnp.asarray(step, jnp.int32)
+        self.state = TrainState(step_arr if self.mesh is None else self._replicated(step_arr), params, opt_state, key)
         lengths = np.array([len(x) for x in ro.completions])
         metrics = {**{k: v for k, v in first_metrics.items()}, **method_metrics, **extra_metrics,
                    "reward/mean": float(ro.rewards.mean()), "reward/accuracy": float((ro.rewards > 0.5).mean()),
@@ -239,7 +289,8 @@ class Trainer:
     def evaluate(self, *, progress: bool = False) -> dict:
         return evaluate_accuracy(self.model, self.state.params, self.tokenizer, self.eval_examples, self.reward_fn,
                                  max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
-                                 batch_size=self.cfg.eval_batch_size, progress=progress, prompt_fn=self.prompt_fn)
+                                 batch_size=self.cfg.eval_batch_size, progress=progress, prompt_fn=self.prompt_fn,
+                                 mesh=self.mesh)
 
     def run(self, *, stop_after: Optional[int] = None) -> list[dict]:
         """Train until `config.steps` (or until `stop_after` more steps, for tests of interruption)."""
@@ -247,7 +298,7 @@ class Trainer:
         start = int(self.state.step)
         end = c.steps if stop_after is None else min(c.steps, start + stop_after)
         history = []
-        bar = progress_bar(c.steps, "rl", initial=start, disable=not c.progress)
+        bar = progress_bar(c.steps, "rl", initial=start, disable=not c.progress or not pmesh.is_main_process())
         for _ in range(start, end):
             m = self.train_step()
             step = int(self.state.step)
@@ -305,18 +356,29 @@ def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: C
 
 def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: float, seed: int = 0,
               warmup_steps: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
-              writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt) -> list[dict]:
-    """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics."""
+              writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
+              rules: prules.Rules = prules.DEFAULT_RULES) -> list[dict]:
+    """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics.
+    mesh: train sharded on it (params and optimizer state by `rules`, rows over data x fsdp)."""
     graphdef, params = nnx.split(model)
     terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
     opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule=schedule)
-    update = make_update(graphdef, opt, terms, micro_batches=micro_batches)
-    opt_state = opt.init(params)
+    if mesh is None:
+        update = make_update(graphdef, opt, terms, micro_batches=micro_batches)
+        opt_state = opt.init(params)
+    else:
+        params = prules.as_sharded(params, prules.param_shardings(model, mesh, rules))
+        opt_state = prules.init_opt_state(opt, params, mesh, rules)
+        update, *_ = prules.make_sharded_update(graphdef, opt, terms, mesh, params, opt_state, rules=rules,
+                                                micro_batches=micro_batches)
+    row_multiple = micro_batches * (1 if mesh is None else pmesh.batch_shards(mesh))
     data = DataIterator(list(examples), batch_size, seed=seed)
     history = []
-    bar = progress_bar(steps, "sft", disable=not progress)
+    bar = progress_bar(steps, "sft", disable=not progress or not pmesh.is_main_process())
     for step in range(1, steps + 1):
-        batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn), micro_batches)
+        batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn), row_multiple)
+        if mesh is not None:
+            batch = prules.shard_batch(batch, mesh)
         out = update(params, opt_state, batch)
         bad = [k for k, v in out.finite.items() if not bool(v)]
         if bad:

@@ -1,0 +1,85 @@
+"""CURE (METHODS.md §3) on Qwen2.5-7B-Instruct, one host with 4 x 80 GB GPUs: parameters, AdamW state and
+gradients fully sharded over the 4 devices (fsdp=4), batch rows split the same way, paper-run loss settings
+(lr 1e-6, clip 0.2 / 0.28, dual-clip 10, no KL).
+
+NOTE: the CURE method is not implemented yet (jaxrl_reason/methods/ has grpo and rlv); until it is registered,
+train.py stops at `make_method` with "config method.name='cure' is unknown". The `method.extra` knobs below are
+METHODS.md's names for CURE's settings and are passed to its constructor once it exists.
+
+Rows per step, worst case with Q=16 queries x K=4 solve samples and M=4 guided solutions per critique:
+solve 64 + replayed guided solutions <= 128 + critiques <= 64 (1:1 correct / wrong) + guided <= 32 x 4 = 128,
+i.e. <= 384 training rows; at most 128 rows are decoded together (the guided round). Context 2048 holds a
+512-token problem + a 1024-token solution + template + a 384-token critique, and a guided prompt + 1024 tokens.
+
+Pre-flight, bfloat16 parameters and activations (peak 47.9 GiB of 80 GiB per device, 60%; with 48 micro-batches
+of 8 rows it is 78.1 GiB, which does not fit with 10% headroom; float32 parameters with 96 micro-batches would
+peak at 65.7 GiB):
+    python experiments/plan_memory.py --model qwen2.5-7b-instruct --mesh fsdp=-1 --devices 4 \
+        --param-dtype bfloat16 --dtype bfloat16 --train-rows 384 --train-length 2048 --micro-batches 96 \
+        --logprob-chunk 512 --sample-rows 128 --sample-length 2048 --device-memory-gb 80
+        params 3.55 GiB, optimizer state 7.09, gradients 7.09, activations 30.18, KV cache 3.50 -> peak 47.92
+Launch (weights and data on local disk, nothing is downloaded):
+    experiments/launch/run.sh experiments/configs/cure_qwen25_7b_4gpu.py \
+        --config.model.hf_path=/data/Qwen2.5-7B-Instruct --config.tokenizer.path=/data/Qwen2.5-7B-Instruct
+"""
+import os
+import sys
+
+import ml_collections
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny_default import get_config as tiny_default  # noqa: E402
+
+
+def get_config():
+    c = tiny_default()
+    c.workdir = "runs/cure_qwen25_7b_4gpu"
+    c.model.hf_path = "/data/Qwen2.5-7B-Instruct"  # local HF directory
+    c.model.dtype = "bfloat16"  # parameters and AdamW state; float32 would need 65.7 of 80 GiB (see above)
+    c.model.compute_dtype = "bfloat16"
+    c.tokenizer.path = "/data/Qwen2.5-7B-Instruct"
+    c.data.source = "file"
+    c.data.path = "/data/math/train.jsonl"  # {"problem", "answer"} rows
+    c.data.heldout_path = "/data/math500/test.jsonl"  # MATH500
+    c.data.question_field = "problem"
+    c.data.answer_field = "answer"
+    c.data.heldout_size = 500
+    c.sft.steps = 0  # start from the instruct model
+
+    c.method.name = "cure"
+    c.method.estimator = "grpo"  # advantages inside each task's own groups
+    c.method.aggregation = "token_mean"  # each task's loss averaged over its generated tokens
+    c.method.eps_low = 0.2
+    c.method.eps_high = 0.28
+    c.method.dual_clip = 10.0
+    c.method.beta = 0.0
+    c.method.extra.guided_samples = 4  # M: guided re-solutions per critique of a wrong solution
+    c.method.extra.critique_acc_range = (0.0, 0.9)  # queries whose solutions get critiqued
+    c.method.extra.replay_acc_range = (0.0, 0.0)  # zero-pass queries whose good guided solutions are replayed
+    c.method.extra.critique_advantage_scale = 2.0  # c in A = c * (guided reward - acc(x))
+    c.method.extra.verdict_advantage = 1.0  # fixed advantage of the teacher-forced verdict tokens
+    c.method.extra.critique_max_new_tokens = 384
+
+    c.rl.steps = 400
+    c.rl.prompts_per_step = 16  # Q
+    c.rl.samples_per_prompt = 4  # K
+    c.rl.max_new_tokens = 1024
+    c.rl.temperature = 1.0
+    c.rl.lr = 1e-6
+    c.rl.warmup_steps = 10
+    c.rl.micro_batches = 96  # 384 rows -> 4 per micro-batch, one per GPU: activations 30.2 GiB per device
+    c.rl.logprob_chunk = 512  # time chunk of the [rows, time, 152k vocab] logits
+    c.rl.checkpoint_every = 25
+    c.rl.eval_every = 50
+    c.rl.eval_batch_size = 128
+
+    c.parallel = ml_collections.ConfigDict()
+    c.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # -1: all 4 GPUs
+    c.parallel.distributed = False  # one process drives the 4 local GPUs
+    c.parallel.device_memory_gb = 80
+    c.parallel.plan = ml_collections.ConfigDict()  # the batch the mesh was planned for (tests re-check the fit)
+    c.parallel.plan.train_rows = 384
+    c.parallel.plan.sample_rows = 128
+    c.parallel.plan.context = 2048
+    c.parallel.plan.prompt_tokens = 512
+    return c

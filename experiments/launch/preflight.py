@@ -1,0 +1,108 @@
+"""Memory plan of a training config on its mesh, before anything is loaded: bytes per device for params, optimizer
+state, gradients, activations and KV cache, and whether they fit `parallel.device_memory_gb`.
+
+    python experiments/launch/preflight.py --config experiments/configs/cure_qwen25_7b_4gpu.py [--devices 4]
+    PREFLIGHT=1 experiments/launch/run.sh CONFIG.py      # the same, then the launch if it fits
+
+The model comes from `model.hf_path`'s config.json when it is on disk, else from plan_memory's preset whose name
+matches the directory name (qwen2.5-7b-instruct, ...). The batch is `parallel.plan` (train_rows, sample_rows,
+context) when the config has one, else Q x G rollouts (twice that for rlv's verify rows) at a context of
+max_new_tokens + parallel.prompt_tokens (default 256). Exit status 0 fits (or no device memory given), 3 not.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+
+def load_config(path: str, overrides: list[str]):
+    """The config file's get_config() with `--config.a.b=value` overrides applied (ml_collections' own parser)."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    argv = ["preflight", f"--config={path}"] + list(overrides)
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", path, flag_values=fv, sys_argv=argv)
+    fv(argv)
+    return fv.config
+
+
+def model_config(cfg):
+    import plan_memory
+
+    dtype, compute = cfg.model.dtype, cfg.model.compute_dtype or cfg.model.dtype
+    path = cfg.model.hf_path
+    if path and os.path.isfile(os.path.join(path, "config.json")):
+        return plan_memory.load_model_config(path, dtype, compute), path
+    if not path and not cfg.model.get("gguf_path"):  # the from-scratch model of the config's own fields
+        from jaxrl_reason.models.qwen2 import ModelConfig
+
+        m = cfg.model
+        return ModelConfig(vocab_size=cfg.tokenizer.vocab_size, hidden_size=m.hidden_size,
+                           intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
+                           num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
+                           max_position_embeddings=m.max_position_embeddings,
+                           tie_word_embeddings=m.tie_word_embeddings, param_dtype=dtype, dtype=compute), "from scratch"
+    name = os.path.basename(os.path.normpath(path)).lower() if path else ""
+    if name in plan_memory.PRESETS:
+        return plan_memory.load_model_config(name, dtype, compute), f"preset {name}"
+    raise SystemExit(f"preflight: model.hf_path={path!r} has no config.json here and its name matches no preset "
+                     f"({', '.join(plan_memory.PRESETS)}); pass a config with the weights on disk")
+
+
+def batch_settings(cfg, shards: int):
+    from jaxrl_reason.parallel.memory import BatchSettings
+
+    r, p = cfg.rl, cfg.parallel
+    rows_multiple = r.micro_batches * shards  # the trainer pads every update to whole micro-batches per shard
+    plan = p.get("plan")
+    if plan is not None:
+        train_rows, sample_rows, context = plan.train_rows, plan.sample_rows, plan.context
+    else:
+        rollouts = r.prompts_per_step * r.samples_per_prompt
+        train_rows = rollouts * (2 if cfg.method.name == "rlv" else 1)
+        sample_rows, context = rollouts, r.max_new_tokens + p.get("prompt_tokens", 256)
+    train_rows = -(-train_rows // rows_multiple) * rows_multiple
+    sample_rows = -(-sample_rows // shards) * shards
+    return BatchSettings(train_rows, context, sample_rows, context, r.micro_batches, r.get("logprob_chunk") or None)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--devices", type=int, default=None,
+                    help="devices of the whole run (default: PREFLIGHT_DEVICES, else this host's JAX devices)")
+    args, overrides = ap.parse_known_args(argv)
+    from jaxrl_reason.parallel.memory import GiB, plan
+    from jaxrl_reason.parallel.mesh import AXES, BATCH_AXES, resolve_mesh_shape
+    from jaxrl_reason.parallel.rules import ShardingError
+
+    cfg = load_config(args.config, overrides)
+    if cfg.get("parallel") is None:
+        raise SystemExit(f"preflight: {args.config} has no `parallel` section to plan for")
+    devices = args.devices or int(os.environ.get("PREFLIGHT_DEVICES", 0))
+    if not devices:
+        import jax
+
+        devices = jax.device_count()
+    mcfg, source = model_config(cfg)
+    try:
+        mesh = dict(zip(AXES, resolve_mesh_shape(cfg.parallel.mesh_shape.to_dict(), devices)))
+        batch = batch_settings(cfg, math.prod(mesh[a] for a in BATCH_AXES))
+        p = plan(mcfg, mesh, batch)
+    except (ShardingError, ValueError) as e:
+        raise SystemExit(f"preflight: {e}")
+    gb = cfg.parallel.get("device_memory_gb", 0) or None
+    print(f"preflight {args.config}: model {source} ({mcfg.num_params() / 1e9:.2f}B), {devices} devices, {batch}")
+    print(p.table(None if gb is None else gb * GiB))
+    return 0 if gb is None or p.fits(gb * GiB) else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
