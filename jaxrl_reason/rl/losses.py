@@ -54,6 +54,18 @@ def _entropy_block(logits):
     return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
 
+def _logprob_entropy_block(logits, targets):
+    """Both from one log-sum-exp: H = lse - sum(p * x) with p = exp(x - lse), so the vocabulary is exponentiated
+    once instead of three times (log-sum-exp, log-softmax, exp). The entropy's gradient is stopped."""
+    x = logits.astype(jnp.float32)
+    lse = jax.nn.logsumexp(x, axis=-1)
+    tgt = jnp.take_along_axis(x, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    xs = jax.lax.stop_gradient(x)
+    p = jnp.exp(xs - jax.lax.stop_gradient(lse)[..., None])
+    entropy = jax.lax.stop_gradient(lse) - jnp.sum(p * xs, axis=-1)
+    return tgt - lse, entropy
+
+
 def _chunked_over_time(block_fn, arrays, chunk_size: Optional[int]):
     """Applies `block_fn(*time_slices) -> [B, c] or tuple` over time chunks of `arrays` (all [B, T, ...]).
 
@@ -150,10 +162,9 @@ def token_logprobs_from_hidden(
 
     def block(h, t):
         logits = jnp.einsum("btd,dv->btv", h, unembedding, preferred_element_type=jnp.float32)
-        lp = _logprob_block(logits, t)
         if with_entropy:
-            return lp, jax.lax.stop_gradient(_entropy_block(logits))
-        return lp
+            return _logprob_entropy_block(logits, t)
+        return _logprob_block(logits, t)
 
     return _chunked_over_time(block, (hidden, targets), chunk_size)
 
