@@ -129,7 +129,8 @@ def group_train_script(res, tokenizer):
     cfg.data.min_operands = cfg.data.max_operands = 2
     cfg.model.hidden_size, cfg.model.num_hidden_layers, cfg.model.intermediate_size = 32, 2, 64
     cfg.tokenizer.vocab_size = 300
-    cfg.sft.steps, cfg.sft.examples, cfg.sft.batch_size = 2, 100, 8
+    cfg.sft.steps, cfg.sft.examples, cfg.sft.batch_size = 3, 100, 8
+    cfg.sft.warmup_steps, cfg.sft.lr = 0, 1e-2  # big enough steps that 2 updates visibly lower the NLL
     cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.rl.max_new_tokens = 2, 4, 2, 16
     cfg.rl.eval_batch_size = 8
     cfg.rl.progress = False
@@ -151,7 +152,33 @@ def group_train_script(res, tokenizer):
         "final_hidden": final.config.hidden_size, "final_layers": final.config.num_hidden_layers}
 
 
-GROUPS = {"trainer": group_trainer, "train_script": group_train_script}
+def group_sampler(res, tokenizer):
+    """Greedy samples on (8, 1, 1) — 3 prompts padded to 8 rows for the 8 batch shards — equal the unsharded
+    ones, and the prefill hands back a KV cache laid out as `kv_cache_shardings` says on (2, 2, 2)."""
+    import jax.numpy as jnp
+
+    from jaxrl_reason.sampling.sampler import prefill, sample
+
+    model = tiny_model(tokenizer, seed=5)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    kw = dict(max_new_tokens=6, temperature=0.0, num_samples=2)
+    ref = sample(model, prompts, jax.random.PRNGKey(0), **kw)
+    graphdef, params = nnx.split(model)
+    mesh = make_mesh((8, 1, 1))
+    out = sample(model, prompts, jax.random.PRNGKey(0), state=rules.shard_params(params, mesh), mesh=mesh, **kw)
+    mesh = make_mesh((2, 2, 2))
+    toks = jnp.asarray(np.arange(4 * 8).reshape(4, 8) % 200 + 3, jnp.int32)
+    cache, _ = prefill(graphdef, rules.shard_params(params, mesh), toks, jnp.full((4,), 8, jnp.int32),
+                       num_samples=2, max_new_tokens=8, mesh=mesh)
+    res["sampler"] = {"reference": ref.tokens.tolist(), "mesh_8": out.tokens.tolist(),
+                      "logprob_max_diff": float(np.max(np.abs(out.logprobs - ref.logprobs))),
+                      "lengths": [ref.lengths.tolist(), out.lengths.tolist()],
+                      "k_spec": [str(a) for a in cache.k[0].sharding.spec],
+                      "k_shard": list(cache.k[0].addressable_shards[0].data.shape), "k_shape": list(cache.k[0].shape),
+                      "valid_spec": [str(a) for a in cache.valid.sharding.spec]}
+
+
+GROUPS = {"trainer": group_trainer, "train_script": group_train_script, "sampler": group_sampler}
 
 if __name__ == "__main__":
     assert jax.device_count() == 8, f"needs 8 devices (XLA_FLAGS), got {jax.device_count()}"

@@ -82,11 +82,22 @@ def test_train_script_runs_from_config_parallel(eight):
     s = eight["train_script"]
     assert s["results_mesh"] == s["trainer_mesh"] == {"data": 2, "fsdp": 2, "tp": 2}
     assert s["layout"]["layers/mlp/up_proj/kernel"]["shard"] == [2, 16, 32]
-    assert s["logged_steps"] == [1, 2] and s["sft_steps"] == [1, 2]
-    assert s["sft_nll"][1] < s["sft_nll"][0]  # the sharded SFT warm-up trains
+    assert s["logged_steps"] == [1, 2] and s["sft_steps"] == [1, 2, 3]
+    assert s["sft_nll"][2] < s["sft_nll"][0] - 0.1  # the sharded SFT warm-up trains
     for phase in ("before", "after"):
         assert s["results"][phase]["num_examples"] == 8 and 0 <= s["results"][phase]["accuracy"] <= 1
     assert s["final_hidden"] == 32 and s["final_layers"] == 2  # the HF checkpoint written from sharded params
+
+
+@pytest.mark.slow
+def test_sampler_under_a_mesh_pads_rows_and_pins_the_kv_cache(eight):
+    s = eight["sampler"]
+    assert len(s["reference"]) == 6 and len({tuple(r) for r in s["reference"]}) == 3  # 3 prompts x 2 samples
+    assert s["mesh_8"] == s["reference"] and s["lengths"][0] == s["lengths"][1]  # filler rows dropped
+    assert s["logprob_max_diff"] < 1e-5
+    # k is [rows, kv heads, head dim, slots]: 4 prompts x 2 samples over data x fsdp = 4, 2 kv heads over tp = 2
+    assert s["k_spec"] == ["('data', 'fsdp')", "tp"] and s["valid_spec"] == ["('data', 'fsdp')"]
+    assert s["k_shape"] == [8, 2, 8, 16] and s["k_shard"] == [8 // 4, 2 // 2, 8, 16]
 
 
 def test_single_device_config_runs_unsharded():
