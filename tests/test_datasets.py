@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxrl_reason.data.arithmetic import (ArithmeticConfig, arithmetic_example, arithmetic_examples,
-                                          column_addition, compact_solution, column_subtraction, long_multiplication,
+                                          column_addition, compact_solution, rewrite_solution, column_subtraction, long_multiplication,
                                           worked_solution)
 from jaxrl_reason.data.datasets import (DataIterator, DatasetFormatError, Example, FieldSpec, dedupe, epoch_order,
                                         gsm8k_final_answer, load_examples, load_hf_disk, load_jsonl, load_parquet,
@@ -300,12 +300,20 @@ def test_compact_solution_precedence_and_signs():
         ArithmeticConfig(solution_style="terse")
 
 
+def test_rewrite_solution_rewrites_the_whole_expression():
+    text, value = rewrite_solution([3, 4, 5, 2], ["+", "*", "-"])
+    assert value == 21
+    assert text.splitlines() == ["3 + 4 * 5 - 2", "= 3 + 20 - 2", "= 23 - 2", "= 21", "The answer is \\boxed{21}."]
+
+
 @pytest.mark.parametrize("config", [
     ArithmeticConfig(),
     ArithmeticConfig(min_digits=2, max_digits=4, min_operands=3, max_operands=5, operations=("+", "-", "*")),
     ArithmeticConfig(max_digits=2, min_operands=2, max_operands=4, operations=("-", "*")),
     ArithmeticConfig(max_digits=2, min_operands=3, max_operands=5, operations=("+", "-", "*"),
                      solution_style="compact"),
+    ArithmeticConfig(max_digits=2, min_operands=1, max_operands=5, operations=("+", "-", "*"),
+                     solution_style="rewrite"),
 ])
 def test_arithmetic_answers_are_correct(config):
     for ex in arithmetic_examples(150, seed=9, config=config):

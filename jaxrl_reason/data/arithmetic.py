@@ -235,7 +235,25 @@ def compact_solution(operands: Sequence[int], ops: Sequence[str]) -> tuple[str, 
     return "\n".join(lines), values[0]
 
 
-SOLUTION_STYLES = {"columns": worked_solution, "compact": compact_solution}
+def rewrite_solution(operands: Sequence[int], ops: Sequence[str]) -> tuple[str, int]:
+    """The expression rewritten after every operation (multiplication first, then left to right), one `= ...`
+    line per step, then the boxed value. Each line is a local edit of the one above it, so no step has to fetch an
+    operand from far back in the question. Returns (text, value)."""
+    if len(ops) != len(operands) - 1 or not operands:
+        raise ValueError(f"need len(ops) == len(operands) - 1, got {len(ops)} ops for {len(operands)} operands.")
+    values, pending = list(operands), list(ops)
+    lines = [_render(values, pending)]
+    while pending:
+        i = pending.index("*") if "*" in pending else 0
+        a, b, op = values[i], values[i + 1], pending[i]
+        values[i:i + 2] = [a + b if op == "+" else a - b if op == "-" else a * b]
+        del pending[i]
+        lines.append("= " + _render(values, pending))
+    lines.append(f"The answer is \\boxed{{{values[0]}}}.")
+    return "\n".join(lines), values[0]
+
+
+SOLUTION_STYLES = {"columns": worked_solution, "compact": compact_solution, "rewrite": rewrite_solution}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -250,7 +268,8 @@ class ArithmeticConfig:
     operations: drawn uniformly per gap among "+", "-", "*".
     allow_negative: if False, expressions whose intermediate or final value is negative are redrawn.
     question_template: must contain `{expression}`.
-    solution_style: "columns" (school algorithms digit by digit) or "compact" (one `a op b = r` line per step).
+    solution_style: "columns" (school algorithms digit by digit), "compact" (one `a op b = r` line per step) or
+        "rewrite" (the whole expression rewritten after each step).
     """
 
     min_digits: int = 1
