@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxrl_reason.data.arithmetic import (ArithmeticConfig, arithmetic_example, arithmetic_examples,
-                                          column_addition, compact_solution, rewrite_solution, column_subtraction, long_multiplication,
-                                          worked_solution)
+                                          column_addition, column_subtraction, compact_solution,
+                                          long_multiplication, rewrite_solution, worked_solution)
 from jaxrl_reason.data.datasets import (DataIterator, DatasetFormatError, Example, FieldSpec, dedupe, epoch_order,
                                         gsm8k_final_answer, load_examples, load_hf_disk, load_jsonl, load_parquet,
                                         split_train_heldout, write_jsonl)
