@@ -53,7 +53,8 @@ def build_data(cfg):
         from jaxrl_reason.data.arithmetic import ArithmeticConfig, arithmetic_examples
 
         acfg = ArithmeticConfig(min_digits=d.min_digits, max_digits=d.max_digits, min_operands=d.min_operands,
-                                max_operands=d.max_operands, operations=tuple(d.operations))
+                                max_operands=d.max_operands, operations=tuple(d.operations),
+                                solution_style=d.get("solution_style", "columns"))
         pool = arithmetic_examples(d.train_size + 4 * d.heldout_size, seed=cfg.seed, config=acfg)
         train, heldout = split_heldout(pool, d.heldout_size)
         return train, heldout, math_fn, solve_prompt
@@ -103,10 +104,15 @@ def build_tokenizer(cfg, train, workdir, prompt_fn):
     path = os.path.join(workdir, "tokenizer")
     if os.path.exists(os.path.join(path, "tokenizer.json")):
         return Tokenizer.from_pretrained(path)
+    from jaxrl_reason.data.prompts import verify_prompt
+
     texts = []
     for e in train[:5000]:
         texts.append(prompt_fn(e.question))
         texts.append(e.solution or e.answer)
+    # The verifier prompt (RL^V) is part of the language too: without it its words split into single bytes. Every
+    # method gets the same tokenizer, so GRPO and GRPO^V runs start from the same SFT model.
+    texts += [verify_prompt(e.question, e.solution or e.answer) for e in train[:200]]
     return train_tiny_tokenizer(texts, path, vocab_size=cfg.tokenizer.vocab_size)
 
 
@@ -241,6 +247,12 @@ def run(cfg) -> dict:
 
     train, heldout, reward_fn, prompt_fn = build_data(cfg)
     tokenizer = build_tokenizer(cfg, train, workdir, prompt_fn)
+    if is_main_process():
+        # The exact held-out problems, so that `experiments/evaluate.py --data <workdir>/heldout.jsonl` scores
+        # test-time strategies on the same split the before/after table uses.
+        from jaxrl_reason.data.datasets import write_jsonl
+
+        write_jsonl(heldout, os.path.join(workdir, "heldout.jsonl"))
     print(f"data: {len(train)} train / {len(heldout)} held-out problems; vocab {tokenizer.vocab_size}")
 
     sft_dir = os.path.join(workdir, "sft_model")
