@@ -25,6 +25,8 @@ def test_heldout_is_exact_and_disjoint(heldout):
 
 def test_heldout_larger_than_question_space_is_an_error():
     cfg = tiny_default.get_config()
+    cfg.data.min_digits = cfg.data.max_digits = 1
+    cfg.data.min_operands = cfg.data.max_operands = 3
     cfg.data.train_size, cfg.data.heldout_size = 100, 5000  # 1-digit, 3-operand sums: 1,000 distinct questions
     with pytest.raises(ValueError, match="heldout_size"):
         train_script.build_data(cfg)
