@@ -220,3 +220,102 @@ def test_bad_input_errors(hf_and_model):
         sample(model, [[1]], key, max_new_tokens=4, top_p=0.0)
     with pytest.raises(ValueError, match="tokenizer"):
         sample(model, [[1]], key, max_new_tokens=4, stop_strings=["x"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The single-token decode step and the sampling passes behind the fast decode loop.
+
+
+def _perturbed_model(**cfg_kw):
+    """A tiny model whose every parameter (biases and norm weights included) is random, so a misplaced bias,
+    norm or head in the decode step changes the logits."""
+    from flax import nnx
+
+    from jaxrl_reason.models.qwen2 import ModelConfig, init_model
+
+    cfg = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, **cfg_kw)
+    model = init_model(cfg, seed=3)
+    graphdef, state = nnx.split(model)
+    leaves, tree = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.PRNGKey(5), len(leaves))
+    leaves = [x + 0.1 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
+    return nnx.merge(graphdef, jax.tree.unflatten(tree, leaves))
+
+
+@pytest.mark.parametrize("cfg_kw", [
+    dict(),  # Qwen2: q/k/v biases, separate lm_head
+    # Qwen3's q/k norms with every other optional bias and a tied head: each flag of the decode step once
+    dict(attention_bias=False, qk_norm=True, o_proj_bias=True, mlp_bias=True, tie_word_embeddings=True),
+], ids=["qwen2", "qwen3-norms-biases-tied"])
+def test_decode_step_equals_cached_forward(cfg_kw):
+    from flax import nnx
+
+    from jaxrl_reason.models.qwen2 import decode_layers, decode_step
+
+    model = _perturbed_model(**cfg_kw)
+    graphdef, state = nnx.split(model)
+    toks = jnp.asarray([[0, 0, 5, 7, 9, 11], [3, 4, 5, 6, 7, 8]], jnp.int32)
+    cache, _ = sampler_mod.prefill(graphdef, state, toks, jnp.asarray([4, 6]), num_samples=1, max_new_tokens=3)
+    steps = jnp.asarray([[1, 2], [3, 4], [5, 6]], jnp.int32)
+    lives = jnp.asarray([[True, True], [True, False], [True, True]])  # row 1 finished before the second step
+
+    @jax.jit
+    def both_paths(state, cache):
+        m = nnx.merge(graphdef, state)
+        layers = decode_layers(m)
+        cache_a = cache_b = cache
+        ref, got = [], []
+        for i in range(3):
+            pos = jnp.asarray([4, 6], jnp.int32) + i
+            logits, cache_a = m(steps[i][:, None], pos[:, None], lives[i][:, None].astype(jnp.int32), cache=cache_a)
+            hidden, cache_b = decode_step(m, layers, steps[i], pos, lives[i], cache_b)
+            ref.append(logits[:, 0]), got.append(m.logits_from_hidden(hidden))
+        return jnp.stack(ref), jnp.stack(got), cache_a, cache_b
+
+    ref, got, cache_a, cache_b = both_paths(state, cache)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=1e-5)
+    for a, b in zip(cache_a.k + cache_a.v + (cache_a.valid,), cache_b.k + cache_b.v + (cache_b.valid,)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    assert int(cache_b.index) == int(cache_a.index) == 9
+
+
+def test_chunked_decode_draws_what_one_call_draws(hf_and_model, prompts):
+    # a progress callback makes sample() decode in chunks; the draws of each step must not depend on that
+    _, model = hf_and_model
+    key = jax.random.PRNGKey(13)
+    whole = sample(model, prompts, key, max_new_tokens=12, num_samples=2, temperature=1.2, top_k=20)
+    seen = []
+    chunked = sample(model, prompts, key, max_new_tokens=12, num_samples=2, temperature=1.2, top_k=20,
+                     chunk_steps=5, progress=lambda done, total: seen.append(done))
+    assert seen == [5, 10, 12]
+    np.testing.assert_array_equal(chunked.tokens, whole.tokens)
+    np.testing.assert_allclose(chunked.logprobs, whole.logprobs, atol=1e-6)
+
+
+def test_block_size_divides_the_vocabulary_when_it_can():
+    from jaxrl_reason.sampling.logits import block_size
+
+    assert block_size(4096) == 512 and block_size(151936) == 128 and block_size(128256) == 256
+    assert block_size(1500) == 512 and block_size(97) == 512  # no power-of-two divisor >= 64: ragged last block
+
+
+@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (1.3, 0.9, 4)])  # the policy's sums; filtered
+def test_draw_is_unbiased_across_exact_blocks(temperature, top_p, top_k):
+    # 384 = 3 blocks of 128 with no ragged block; the mass sits on both sides of each block edge
+    vocab = 384
+    logits = jnp.full((vocab,), -30.0).at[jnp.array([0, 127, 128, 255, 256, 383])].set(
+        jnp.array([0.0, 0.5, 1.0, -0.5, 0.2, 0.7]))
+    s = sample_step(jnp.broadcast_to(logits, (30_000, vocab)), jax.random.PRNGKey(8), temperature, top_p, top_k)
+    target = np.asarray(jax.nn.softmax(filter_logits((logits / temperature)[None], jnp.int32(top_k),
+                                                      jnp.float32(top_p))[0]))
+    assert _chi_square_pvalue(np.asarray(s.token), target) > 1e-3
+    np.testing.assert_allclose(np.asarray(s.sampling_logprob), np.log(target[np.asarray(s.token)]), atol=1e-5)
+
+
+def test_greedy_picks_the_first_of_tied_maxima():
+    logits = jnp.asarray([[0.0, 2.0, 2.0, 1.0], [3.0, 3.0, 3.0, 3.0]])
+    s = sample_step(logits, jax.random.PRNGKey(0), 0.0, 1.0, 0)
+    np.testing.assert_array_equal(np.asarray(s.token), [1, 0])
+    np.testing.assert_allclose(np.asarray(s.logprob), np.asarray(jax.nn.log_softmax(logits))[[0, 1], [1, 0]],
+                               atol=1e-6)

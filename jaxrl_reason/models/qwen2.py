@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Sequence
 
 import chex
 import jax
@@ -142,10 +142,15 @@ class RMSNorm(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, x):
-        # Normalise in float32 like the reference implementation, then cast back before the scale.
-        xf = x.astype(jnp.float32)
-        xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
-        return self.weight[...].astype(self.dtype) * xf.astype(self.dtype)
+        return rms_norm(x, self.weight[...], self.eps, self.dtype)
+
+
+def rms_norm(x, weight, eps: float, dtype):
+    """RMSNorm over the last axis. Normalises in float32 like the reference implementation, then casts back
+    before the scale."""
+    xf = x.astype(jnp.float32)
+    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return weight.astype(dtype) * xf.astype(dtype)
 
 
 class Linear(nnx.Module):
@@ -195,6 +200,22 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
     return out.astype(x.dtype)
 
 
+def attend(q, k, v, mask, dtype):
+    """Grouped-query attention core, shared by the forward pass and the single-token decode step.
+
+    q [B, KVH, G*T, D] (query head kv*G + j at row j*T + t), k [B, KVH, D, S] (keys transposed), v [B, KVH, S, D],
+    mask [B, T, S] bool. Returns [B, KVH, G*T, D]. A query with no visible key gets a uniform softmax (finite
+    fill value), not NaN.
+    """
+    b, nkv, gt, d = q.shape
+    t = mask.shape[1]
+    scores = jnp.einsum("bkqd,bkds->bkqs", q, k.astype(dtype), preferred_element_type=jnp.float32)
+    scores = scores.reshape(b, nkv, gt // t, t, -1) / math.sqrt(d)
+    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dtype).reshape(b, nkv, gt, -1)
+    return jnp.einsum("bkqs,bksd->bkqd", probs, v.astype(dtype))
+
+
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         pd, dt = as_dtype(cfg.param_dtype), as_dtype(cfg.dtype)
@@ -231,11 +252,7 @@ class Attention(nnx.Module):
             k_cache, v_cache = kv
             k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, index))
             v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, 0, index, 0))
-        scores = jnp.einsum("bkqd,bkds->bkqs", q, k.astype(self.dtype), preferred_element_type=jnp.float32)
-        scores = scores.reshape(b, nkv, g, t, -1) / math.sqrt(d)
-        scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype).reshape(b, nkv, g * t, -1)
-        out = jnp.einsum("bkqs,bksd->bkqd", probs, v.astype(self.dtype))
+        out = attend(q, k, v, mask, self.dtype)
         out = out.reshape(b, nkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * d)
         return self.o_proj(out), ((k, v) if kv is not None else None)
 
@@ -367,3 +384,119 @@ def init_model(cfg: ModelConfig, seed: int = 0) -> Qwen2:
 def positions_from_mask(mask: jax.Array) -> jax.Array:
     """Position ids for a [B,T] 0/1 mask of real tokens: 0,1,2,... over real tokens (left padding gets 0)."""
     return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Single-token decoding
+#
+# A decode step does a few small matmuls per layer on [batch, hidden] rows, so on CPU its cost is mostly the
+# number of operations and passes over memory, not arithmetic. The step below computes exactly what
+# `Qwen2.__call__` with a cache computes for T = 1 (same helpers, same operation order), on weights laid out
+# once per decode call: q/k/v in one matmul and gate/up in one matmul.
+
+
+class DecodeLayer(NamedTuple):
+    """One layer's weights for single-token steps, in the compute dtype.
+
+    qkv:      [H, KVH, G + 2, D] — for each kv head its G query heads, then its key, then its value. One matmul
+              yields q already grouped the way `attend` wants it, and a tensor-parallel split over kv heads stays
+              local to each shard.
+    qkv_bias: [KVH, G + 2, D] or None
+    gate_up:  [H, 2, I] — gate then up
+    Norm weights are [H] (q_norm / k_norm [D], Qwen3 only); biases are None where the config has none.
+    """
+
+    input_norm: jax.Array
+    qkv: jax.Array
+    qkv_bias: Optional[jax.Array]
+    q_norm: Optional[jax.Array]
+    k_norm: Optional[jax.Array]
+    o: jax.Array
+    o_bias: Optional[jax.Array]
+    post_norm: jax.Array
+    gate_up: jax.Array
+    gate_up_bias: Optional[jax.Array]
+    down: jax.Array
+    down_bias: Optional[jax.Array]
+
+
+def decode_layers(model: Qwen2) -> tuple:
+    """Per-layer `DecodeLayer`s sliced from the stacked parameters. Call it once per decode call, outside the
+    step loop: slicing stacked weights inside the loop would copy them every step."""
+    cfg = model.config
+    dt = as_dtype(cfg.dtype)
+    h, d, nkv = cfg.hidden_size, cfg.dim_per_head, cfg.num_key_value_heads
+    g = cfg.num_attention_heads // nkv
+    attn, mlp = model.layers.self_attn, model.layers.mlp
+
+    def val(p, i):
+        return None if p is None else p[...][i]
+
+    def fuse_qkv(q, k, v, lead):  # [*lead, heads * D] each -> [*lead, KVH, G + 2, D]
+        q, k, v = q.reshape(*lead, nkv, g, d), k.reshape(*lead, nkv, 1, d), v.reshape(*lead, nkv, 1, d)
+        return jnp.concatenate([q, k, v], axis=-2).astype(dt)
+
+    def bias_of(linear, i):
+        return None if linear.bias is None else val(linear.bias, i)
+
+    out = []
+    for i in range(cfg.num_hidden_layers):
+        qkv_bias = None
+        if attn.q_proj.bias is not None:
+            qkv_bias = fuse_qkv(val(attn.q_proj.bias, i), val(attn.k_proj.bias, i), val(attn.v_proj.bias, i), ())
+        gate_up_bias = None
+        if mlp.gate_proj.bias is not None:
+            gate_up_bias = jnp.stack([val(mlp.gate_proj.bias, i), val(mlp.up_proj.bias, i)]).astype(dt)
+        as_dt = lambda a: None if a is None else a.astype(dt)
+        out.append(DecodeLayer(
+            input_norm=val(model.layers.input_layernorm.weight, i),
+            qkv=fuse_qkv(val(attn.q_proj.kernel, i), val(attn.k_proj.kernel, i), val(attn.v_proj.kernel, i), (h,)),
+            qkv_bias=qkv_bias,
+            q_norm=None if attn.q_norm is None else val(attn.q_norm.weight, i),
+            k_norm=None if attn.k_norm is None else val(attn.k_norm.weight, i),
+            o=as_dt(val(attn.o_proj.kernel, i)), o_bias=as_dt(bias_of(attn.o_proj, i)),
+            post_norm=val(model.layers.post_attention_layernorm.weight, i),
+            gate_up=jnp.stack([val(mlp.gate_proj.kernel, i), val(mlp.up_proj.kernel, i)], axis=1).astype(dt),
+            gate_up_bias=gate_up_bias,
+            down=as_dt(val(mlp.down_proj.kernel, i)), down_bias=as_dt(bias_of(mlp.down_proj, i))))
+    return tuple(out)
+
+
+def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, positions: jax.Array,
+                live: jax.Array, cache: KVCache):
+    """One token per row: tokens, positions [B] int32, live [B] bool (a finished row's slot is marked invalid).
+    Writes slot `cache.index` and returns (final-norm hidden state [B, H], updated cache)."""
+    cfg = model.config
+    dt = as_dtype(cfg.dtype)
+    b, = tokens.shape
+    nkv, d, eps = cfg.num_key_value_heads, cfg.dim_per_head, cfg.rms_norm_eps
+    g = cfg.num_attention_heads // nkv
+    chex.assert_shape([positions, live], (b,))
+    slots = cache.valid.shape[1]
+    valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, live[:, None], cache.index, axis=1)
+    mask = ((jnp.arange(slots) <= cache.index)[None, :] & valid)[:, None, :]  # [B, 1, S]
+    inv_freq = rope_inv_freq(cfg)
+    x = model.embed_tokens(tokens)  # [B, H]
+    ks, vs = [], []
+    for w, k_cache, v_cache in zip(layers, cache.k, cache.v):
+        qkv = jnp.einsum("bh,hkcd->bkcd", rms_norm(x, w.input_norm, eps, dt), w.qkv)
+        if w.qkv_bias is not None:
+            qkv = qkv + w.qkv_bias
+        q, k, v = qkv[:, :, :g], qkv[:, :, g], qkv[:, :, g + 1]
+        if w.q_norm is not None:
+            q, k = rms_norm(q, w.q_norm, eps, dt), rms_norm(k, w.k_norm, eps, dt)
+        # apply_rope wants [B, T, heads, D]: the kv and group axes flatten into heads, T = 1.
+        q = apply_rope(q.reshape(b, 1, nkv * g, d), positions[:, None], inv_freq).reshape(b, nkv, g, d)
+        k = apply_rope(k.reshape(b, 1, nkv, d), positions[:, None], inv_freq).reshape(b, nkv, d, 1)
+        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, cache.index))
+        v_cache = jax.lax.dynamic_update_slice(v_cache, v[:, :, None].astype(v_cache.dtype), (0, 0, cache.index, 0))
+        ks.append(k_cache), vs.append(v_cache)
+        out = attend(q, k_cache, v_cache, mask, dt).reshape(b, nkv * g * d)
+        out = jnp.dot(out, w.o)
+        x = x + (out if w.o_bias is None else out + w.o_bias)
+        gu = jnp.einsum("bh,hci->bci", rms_norm(x, w.post_norm, eps, dt), w.gate_up)
+        if w.gate_up_bias is not None:
+            gu = gu + w.gate_up_bias
+        y = jnp.dot(jax.nn.silu(gu[:, 0]) * gu[:, 1], w.down)
+        x = x + (y if w.down_bias is None else y + w.down_bias)
+    return model.norm(x), KVCache(tuple(ks), tuple(vs), valid, cache.index + 1)

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.models.qwen2 import KVCache, Qwen2, positions_from_mask
-from jaxrl_reason.sampling.logits import sample_step
+from jaxrl_reason.models.qwen2 import KVCache, Qwen2, decode_layers, decode_step, positions_from_mask
+from jaxrl_reason.sampling.logits import sample_with_uniform
 
 FINISH_EOS, FINISH_STOP, FINISH_LENGTH = 0, 1, 2
 FINISH_NAMES = ("eos", "stop", "length")
@@ -53,7 +53,7 @@ class SampleOutput(NamedTuple):
 
 class _Carry(NamedTuple):
     cache: KVCache
-    logits: jax.Array  # [N, V] next-token logits
+    hidden: jax.Array  # [N, H] final-norm hidden state of the last token (its logits are the next step's)
     tokens: jax.Array
     logprobs: jax.Array
     sampling_logprobs: jax.Array
@@ -62,7 +62,7 @@ class _Carry(NamedTuple):
     lengths: jax.Array
     positions: jax.Array  # [N] position id of the next token
     step: jax.Array  # [] int32
-    key: jax.Array
+    key: jax.Array  # the call's key; step t draws from a table made from it (same draws however decode is chunked)
 
 
 def bucket_length(n: int, minimum: int = 16) -> int:
@@ -81,14 +81,16 @@ def bucket_batch(n: int) -> int:
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens", "mesh"))
 def prefill(graphdef, state, tokens, lengths, *, num_samples: int, max_new_tokens: int, mesh=None):
-    """tokens: [B, L] left-padded; lengths: [B]. Returns (cache for B*num_samples rows, last logits [B*G, V]).
+    """tokens: [B, L] left-padded; lengths: [B]. Returns (cache for B*num_samples rows, last hidden [B*G, H]).
+    The carry holds hidden states, not [rows, vocab] logits, so the decode loop never copies a vocab-sized
+    buffer (at a 150k vocabulary that is tens of MB per step).
     With a `mesh` the cache is pinned to its rows x kv-heads layout (`parallel.rules.kv_cache_shardings`)."""
     model: Qwen2 = nnx.merge(graphdef, state)
     b, l = tokens.shape
     mask = (jnp.arange(l)[None, :] >= (l - lengths)[:, None]).astype(jnp.int32)
     cache = KVCache.zeros(model.config, b, l + max_new_tokens)
     h, cache = model.hidden_states(tokens, positions_from_mask(mask), mask, cache=cache)
-    last = model.logits_from_hidden(h[:, -1:, :])[:, 0]
+    last = h[:, -1, :]
     if num_samples > 1:
         cache = cache.repeat(num_samples)
         last = jnp.repeat(last, num_samples, axis=0)
@@ -102,15 +104,17 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
     """Run decode steps until `end_step` or until every row is done. The carry (KV cache included) is donated:
     XLA updates it in place instead of copying it each call."""
     model: Qwen2 = nnx.merge(graphdef, state)
-    max_new = carry.tokens.shape[1]
-    layer_params = model.unstack_layers()  # sliced once here, not once per step inside the loop
+    n, max_new = carry.tokens.shape
+    layers = decode_layers(model)  # sliced and fused once here, not once per step inside the loop
+    # One uniform per (step, row), indexed by the absolute step: a chunked run draws what a single call draws.
+    uniforms = 1.0 - jax.random.uniform(carry.key, (max_new, n), jnp.float32)  # (0, 1]
 
     def cond(c: _Carry):
         return (c.step < end_step) & ~jnp.all(c.done)
 
     def body(c: _Carry):
-        key, sub = jax.random.split(c.key)
-        s = sample_step(c.logits, sub, temperature, top_p, top_k)
+        logits = model.logits_from_hidden(c.hidden)
+        s = sample_with_uniform(logits, uniforms[c.step], temperature, top_p, top_k)
         live = ~c.done
         tok = jnp.where(live, s.token, pad_id)
         put = lambda buf, x: jax.lax.dynamic_update_slice_in_dim(buf, x[:, None], c.step, axis=1)
@@ -123,12 +127,11 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
         out_of_room = live & ~hit & (c.step + 1 >= max_new)
         finish = jnp.where(out_of_room, FINISH_LENGTH, finish)
         done = c.done | hit | out_of_room
-        logits, cache = model(tok[:, None], c.positions[:, None], live[:, None].astype(jnp.int32), cache=c.cache,
-                              layer_params=layer_params)
+        hidden, cache = decode_step(model, layers, tok, c.positions, live, c.cache)
         if mesh is not None:  # keep the loop's cache in its layout instead of whatever propagation picks
             cache = _pin_cache(cache, mesh)
-        return _Carry(cache, logits[:, 0], tokens, logprobs, sampling_logprobs, done, finish, lengths,
-                      c.positions + 1, c.step + 1, key)
+        return _Carry(cache, hidden, tokens, logprobs, sampling_logprobs, done, finish, lengths,
+                      c.positions + 1, c.step + 1, c.key)
 
     return jax.lax.while_loop(cond, body, carry)
 
