@@ -57,6 +57,13 @@ def build_data(cfg):
                                 solution_style=d.get("solution_style", "columns"))
         pool = arithmetic_examples(d.train_size + 4 * d.heldout_size, seed=cfg.seed, config=acfg)
         train, heldout = split_heldout(pool, d.heldout_size)
+        if d.get("reward", "answer") == "answer_and_steps":
+            from jaxrl_reason.data.arithmetic import arithmetic_process_reward
+
+            if acfg.solution_style != "compact":
+                raise ValueError("config data.reward='answer_and_steps' checks compact steps; set "
+                                 "data.solution_style='compact'")
+            return train, heldout, arithmetic_process_reward, solve_prompt
         return train, heldout, math_fn, solve_prompt
     if d.source == "code":
         from jaxrl_reason.data.code_datasets import (as_examples, code_example_reward, generate_function_tasks,

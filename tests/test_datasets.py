@@ -439,3 +439,23 @@ def test_tfds_builder_reports_bad_rows(tmp_path):
     builder = jsonl_tfds_builder({"train": bad}, tmp_path / "tfds")
     with pytest.raises(DatasetFormatError, match=r"bad\.jsonl:line 2: field 'answer' is missing"):
         builder.download_and_prepare()
+
+
+def test_process_reward_needs_right_steps_and_right_answer():
+    from jaxrl_reason.data.arithmetic import arithmetic_process_reward, compact_steps_faithful
+
+    config = ArithmeticConfig(max_digits=2, min_operands=2, max_operands=4, operations=("+", "-", "*"),
+                              solution_style="compact")
+    examples = arithmetic_examples(40, seed=3, config=config)
+    assert all(compact_steps_faithful(e.solution, e.meta["expression"]) for e in examples)
+    expr = "4 + 9 + 2 + 2 + 1"
+    ex = Example(question=f"What is {expr}?", answer="18", id="hand", meta={"expression": expr})
+    right = "4 + 9 = 13\n13 + 2 = 15\n15 + 2 = 17\n17 + 1 = 18\nThe answer is \\boxed{18}."
+    hacked = "4 + 9 = 12\n12 + 2 = 14\n14 + 2 = 16\n16 + 2 = 18\nThe answer is \\boxed{18}."  # right answer, wrong steps
+    skipped = "4 + 9 = 13\n13 + 5 = 18\nThe answer is \\boxed{18}."
+    wrong_answer = right.replace("boxed{18}", "boxed{17}")
+    result = arithmetic_process_reward([right, hacked, skipped, wrong_answer], [ex] * 4)
+    np.testing.assert_array_equal(result.scores, [1, 0, 0, 0])
+    assert [d["steps_faithful"] for d in result.details] == [True, False, False, True]
+    assert compact_steps_faithful("7 * 22 = 154\n5 - 154 = -149\n\\boxed{-149}", "5 - 7 * 22")
+    assert not compact_steps_faithful("5 - 7 = -2\n-2 * 22 = -44\n\\boxed{-44}", "5 - 7 * 22")  # precedence

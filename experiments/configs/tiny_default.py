@@ -38,6 +38,7 @@ def get_config():
     c.data.max_operands = 5  # arithmetic: operands per expression, upper bound
     c.data.operations = "+"  # arithmetic: operators to draw from
     c.data.solution_style = "compact"  # arithmetic worked solutions: compact (a op b = r lines) | columns (digit by digit)
+    c.data.reward = "answer"  # arithmetic: answer (boxed answer only) | answer_and_steps (also every compact step)
     c.data.task = ""  # reasoning_gym task name (source=reasoning_gym)
     c.data.path = ""  # JSONL/Parquet/HF-datasets directory (source=file)
     c.data.heldout_path = ""  # optional separate held-out file (source=file); else split off train

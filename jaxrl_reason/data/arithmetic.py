@@ -12,6 +12,7 @@ the same (seed, index) gives the same example in every process.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Sequence
 
 import numpy as np
@@ -342,3 +343,60 @@ def arithmetic_examples(n: int, *, seed: int = 0, config: ArithmeticConfig = Ari
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}.")
     return [arithmetic_example(i, seed=seed, config=config) for i in range(start, start + n)]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A process check for compact solutions
+# ----------------------------------------------------------------------------------------------------------------
+_STEP_LINE = re.compile(r"^\s*(\(?-?\d+\)?)\s*([-+*])\s*(\(?-?\d+\)?)\s*=\s*(-?\d+)\s*$")
+
+
+def _int(token: str) -> int:
+    return int(token.strip("()"))
+
+
+def compact_steps_faithful(text: str, expression: str) -> bool:
+    """True when `text` holds exactly the compact solution's steps for `expression`: the same operations on the
+    same operands in the same order, each with the right result. The outcome reward alone let a tiny model learn to
+    write wrong steps above a right answer (the answer computed "in its head"); this check makes the written
+    steps count."""
+    operands, ops = _parse_expression(expression)
+    want, _ = compact_solution(operands, ops)
+    want_steps = want.splitlines()[:-1]
+    got = [ln for ln in text.splitlines() if _STEP_LINE.match(ln)]
+    if len(got) != len(want_steps):
+        return False
+    for line, ref in zip(got, want_steps):
+        a, op, b, r = _STEP_LINE.match(line).groups()
+        ra, rop, rb, rr = _STEP_LINE.match(ref).groups()
+        if (_int(a), op, _int(b), int(r)) != (_int(ra), rop, _int(rb), int(rr)):
+            return False
+    return True
+
+
+def _parse_expression(expression: str) -> tuple[list[int], list[str]]:
+    tokens = re.findall(r"\(-\d+\)|-?\d+|[-+*]", expression.replace(" ", " "))
+    operands, ops = [], []
+    expect_operand = True
+    for t in tokens:
+        if expect_operand:
+            operands.append(_int(t))
+        else:
+            ops.append(t)
+        expect_operand = not expect_operand
+    return operands, ops
+
+
+def arithmetic_process_reward(completions: Sequence[str], examples: Sequence[Example]):
+    """Outcome reward (math_reward on the boxed answer) AND `compact_steps_faithful` on every step: 1 only when
+    the answer is right and the written computation is the one that produces it."""
+    from jaxrl_reason.rewards.math import math_reward
+
+    outcome = math_reward(completions, [e.answer for e in examples])
+    scores = np.array(outcome.scores, np.float32)
+    details = []
+    for i, (text, e) in enumerate(zip(completions, examples)):
+        faithful = compact_steps_faithful(text, e.meta["expression"])
+        scores[i] = scores[i] * float(faithful)
+        details.append({**outcome.details[i], "steps_faithful": faithful})
+    return type(outcome)(scores, details)
