@@ -6,7 +6,8 @@
 Model (fixed, as in the peers' scripts): hidden 256, 4 layers, 4 heads / 2 KV heads, FFN 1024, tied
 embeddings, random weights saved by `transformers` and ported. Prompt 64 tokens, 128 new tokens,
 temperature 1, no top-k/top-p, no early stop. Median of N timed runs after one warm-up; our compile time is
-reported separately. torch runs on the same number of threads as the machine has cores.
+reported separately. torch runs on the same number of threads as the machine has cores. "decode ms/step" is
+ours: (whole call - median prefill call) / new tokens, so it includes the per-call host work.
 """
 from __future__ import annotations
 
@@ -48,7 +49,11 @@ def time_runs(fn, repeats):
 def bench_ours(path, batch, prompt_len, new_tokens, repeats):
     import jax
 
+    import jax.numpy as jnp
+    from flax import nnx
+
     from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.sampling import sampler
     from jaxrl_reason.sampling.sampler import sample
 
     model = load_pretrained(path)
@@ -65,7 +70,14 @@ def bench_ours(path, batch, prompt_len, new_tokens, repeats):
     run()
     first = time.perf_counter() - t
     med = time_runs(run, repeats)
-    return dict(median_s=med, compile_s=max(first - med, 0.0))
+    # The prefill alone, on the exact inputs sample() gives it (already compiled by the runs above).
+    graphdef, state = nnx.split(model)
+    tokens, lengths, _ = sampler._as_prompt_batch(prompts, 0, model.config.max_position_embeddings, new_tokens)
+    tokens, lengths = jnp.asarray(tokens), jnp.asarray(lengths)
+    prefill_s = time_runs(lambda: jax.block_until_ready(sampler.prefill(
+        graphdef, state, tokens, lengths, num_samples=1, max_new_tokens=new_tokens)), repeats)
+    return dict(median_s=med, compile_s=max(first - med, 0.0), prefill_s=prefill_s,
+                decode_ms_per_step=(med - prefill_s) / new_tokens * 1e3)
 
 
 def bench_hf(model, batch, prompt_len, new_tokens, repeats):
@@ -109,7 +121,8 @@ def main():
                 new = b * args.new_tokens
                 ours = bench_ours(path, b, args.prompt_len, args.new_tokens, args.repeats)
                 row = dict(vocab=VOCABS[v], batch=b, ours_s=ours["median_s"], ours_tok_s=new / ours["median_s"],
-                           ours_compile_s=ours["compile_s"])
+                           ours_compile_s=ours["compile_s"], ours_prefill_s=ours["prefill_s"],
+                           ours_decode_ms_per_step=ours["decode_ms_per_step"])
                 if not args.no_hf:
                     hf = bench_hf(hf_model, b, args.prompt_len, args.new_tokens, args.repeats)
                     row.update(hf_s=hf["median_s"], hf_tok_s=new / hf["median_s"])
@@ -118,10 +131,13 @@ def main():
                 print(json.dumps(row), flush=True)
     print()
     print(f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens, temperature 1, median of {args.repeats}")
-    print(f"{'vocab':>7} {'batch':>5} {'ours tok/s':>11} {'compile s':>9} {'HF tok/s':>9} {'ours/HF':>8}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (on {os.cpu_count()} cores)")
+    print(f"{'vocab':>7} {'batch':>5} {'ours tok/s':>11} {'compile s':>9} {'prefill s':>9} {'decode ms/step':>14} "
+          f"{'HF tok/s':>9} {'ours/HF':>8}")
     for r in rows:
         hf = f"{r['hf_tok_s']:9.0f} {r['ratio']:7.2f}x" if "hf_tok_s" in r else f"{'-':>9} {'-':>8}"
-        print(f"{r['vocab']:>7} {r['batch']:>5} {r['ours_tok_s']:11.0f} {r['ours_compile_s']:9.1f} {hf}")
+        print(f"{r['vocab']:>7} {r['batch']:>5} {r['ours_tok_s']:11.0f} {r['ours_compile_s']:9.1f} "
+              f"{r['ours_prefill_s']:9.3f} {r['ours_decode_ms_per_step']:14.1f} {hf}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
