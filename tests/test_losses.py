@@ -532,3 +532,21 @@ def test_finite_flags_name_the_bad_term(mlp_setup):
     _, m = objective(model_logprobs(mlp_logits, params, batch), batch, _terms("token_mean"))
     assert L.nonfinite_terms(L.finite_flags(m)) == []
     assert bool(L.tree_is_finite(params)) and not bool(L.tree_is_finite({"a": jnp.array([1.0, jnp.inf])}))
+
+
+def test_row_bucket_bounds_filler_and_shapes():
+    from jaxrl_reason.rl.batch import pad_rows_to, row_bucket
+
+    for multiple in (1, 2, 8):
+        sizes = set()
+        for n in range(1, 300):
+            b = row_bucket(n, multiple)
+            assert b >= n and b % multiple == 0 and (b - n) < max(multiple, 0.25 * b)
+            sizes.add(b)
+        assert len(sizes) <= 45  # a few shapes, not one per row count
+    # RL^V-like steps: 64 solve rows plus 16..46 verify rows compile at most three update shapes
+    assert {row_bucket(64 + v) for v in range(16, 47, 2)} == {80, 96, 112}
+    assert row_bucket(64) == 64
+    batch = tb.build_token_batch([[1, 2]] * 9, [[3]] * 9, [0.0] * 9, None, "solve")
+    padded = pad_rows_to(batch, 1, bucket=True)
+    assert padded.batch_size == 10 and (padded.task_id[9:] == -1).all() and padded.loss_mask[9:].sum() == 0

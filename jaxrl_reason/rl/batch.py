@@ -297,12 +297,31 @@ def concat_batches(batches: Sequence[TokenBatch]) -> TokenBatch:
     return jax.tree.map(lambda *xs: xp.concatenate(xs, axis=0), *padded)
 
 
-def pad_rows_to(batch: TokenBatch, multiple: int) -> TokenBatch:
-    """Appends filler rows (task PAD_TASK_ID, all padding) so the row count is a multiple of `multiple`."""
+_ROW_STEPS = (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def row_bucket(rows: int, multiple: int = 1) -> int:
+    """The smallest row count >= `rows` of the form `multiple * m * 2**e` with m in 1..8 (under 25% filler).
+
+    Methods whose row count changes from step to step (RL^V's class-balanced verify rows, DAPO refills) would
+    otherwise hand the jitted update a new shape, and a recompilation, almost every step."""
+    if rows < 1 or multiple < 1:
+        raise ValueError(f"row_bucket: rows and multiple must be >= 1, got {rows}, {multiple}")
+    units = -(-rows // multiple)
+    scale = 1
+    while units > 8 * scale:
+        scale *= 2
+    m = next(k for k in _ROW_STEPS if k * scale >= units)
+    return multiple * m * scale
+
+
+def pad_rows_to(batch: TokenBatch, multiple: int, *, bucket: bool = False) -> TokenBatch:
+    """Appends filler rows (task PAD_TASK_ID, all padding) so the row count is a multiple of `multiple` -- with
+    `bucket`, the next `row_bucket` size, so that a varying row count reuses a few compiled shapes."""
     if multiple < 1:
         raise ValueError(f"pad_rows_to: multiple must be >= 1, got {multiple}")
     b = batch.batch_size
-    extra = (-b) % multiple
+    extra = (row_bucket(b, multiple) - b) if bucket else (-b) % multiple
     if extra == 0:
         return batch
     xp = np if _is_numpy(batch) else jnp

@@ -247,7 +247,7 @@ class Trainer:
         ctx = Context(self.tokenizer, lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, 1), **kw),
                       self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params)
         batch, method_metrics = self.method.build(ro, ctx)
-        batch = pad_rows_to(batch, self._row_multiple)
+        batch = pad_rows_to(batch, self._row_multiple, bucket=True)
         if self.mesh is not None:
             batch = prules.shard_batch(batch, self.mesh)
         if self.ref_params is not None:
