@@ -15,10 +15,13 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ARCH = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=1024, max_position_embeddings=2048, tie_word_embeddings=True, rms_norm_eps=1e-6)
