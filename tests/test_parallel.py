@@ -235,34 +235,13 @@ def test_errors_name_the_tensor_on_a_real_mesh(eight):
 # ---------------------------------------------------------------------------------------------- two processes
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_with_jax_distributed_match_one_process(tmp_path):
-    script = os.path.join(HERE, "parallel_multiprocess.py")
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    from processes import run_two_and_one
+
     multi, single = tmp_path / "multi", tmp_path / "single"
     multi.mkdir(), single.mkdir()
-    port = str(_free_port())
-    workers = [subprocess.Popen([sys.executable, script, "worker", str(i), "2", port, str(multi)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    try:
-        logs = [w.communicate(timeout=600)[0] for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-    assert all(w.returncode == 0 for w in workers), "\n".join(l[-3000:] for l in logs)
-    one = subprocess.run([sys.executable, script, "single", str(single)], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
+    run_two_and_one(os.path.join(HERE, "parallel_multiprocess.py"), [multi], [single], timeout=600)
     m = json.loads((multi / "metrics.json").read_text())
     s = json.loads((single / "metrics.json").read_text())
     assert m["process_count"] == 2 and m["device_count"] == 4 and s["process_count"] == 1

@@ -172,14 +172,6 @@ def test_preflight_plans_a_config_and_run_sh_stops_when_it_does_not_fit(tmp_path
     assert missing.returncode == 2 and "no config file" in missing.stderr
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_trainer_in_two_processes_matches_one_process(tmp_path):
     """Two processes joined by jax.distributed train on one global mesh: each grades only its half of the
@@ -188,24 +180,11 @@ def test_trainer_in_two_processes_matches_one_process(tmp_path):
 
     tok = tmp_path / "tok"
     arith_tokenizer(tok)
-    script = os.path.join(HERE, "parallel_train_multiprocess.py")
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    from processes import run_two_and_one
+
     multi, single = tmp_path / "multi", tmp_path / "single"
     multi.mkdir(), single.mkdir()
-    port = str(_free_port())
-    workers = [subprocess.Popen([sys.executable, script, "worker", str(i), "2", port, str(tok), str(multi)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    try:
-        logs = [w.communicate(timeout=900)[0] for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-    assert all(w.returncode == 0 for w in workers), "\n".join(log[-3000:] for log in logs)
-    one = subprocess.run([sys.executable, script, "single", str(tok), str(single)], env=env, capture_output=True,
-                         text=True, timeout=900)
-    assert one.returncode == 0, one.stderr[-3000:]
+    run_two_and_one(os.path.join(HERE, "parallel_train_multiprocess.py"), [tok, multi], [tok, single], timeout=900)
     m, s = (json.loads((d / "result.json").read_text()) for d in (multi, single))
     assert m["process_count"] == 2 and s["process_count"] == 1 and m["device_count"] == s["device_count"] == 4
     # 4 prompts x 2 samples per step: each process graded its own half
