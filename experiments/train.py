@@ -47,8 +47,10 @@ def build_data(cfg):
     from jaxrl_reason.rewards.math import math_reward
 
     d = cfg.data
+    extraction = d.get("answer_extraction", "boxed")
+
     def math_fn(texts, examples):
-        return math_reward(texts, [e.answer for e in examples])
+        return math_reward(texts, [e.answer for e in examples], extraction=extraction)
     if d.source == "arithmetic":
         from jaxrl_reason.data.arithmetic import ArithmeticConfig, arithmetic_examples
 
@@ -141,7 +143,17 @@ def load_hf(path, cfg, mesh=None):
     from jaxrl_reason.parallel.rules import load_pretrained_sharded
 
     kw = dict(dtype=cfg.model.dtype, compute_dtype=cfg.model.compute_dtype or None)
-    return load_pretrained(path, **kw) if mesh is None else load_pretrained_sharded(path, mesh, **kw)
+    model = load_pretrained(path, **kw) if mesh is None else load_pretrained_sharded(path, mesh, **kw)
+    return with_runtime_flags(model, cfg)
+
+
+def with_runtime_flags(model, cfg):
+    """Config knobs that change how the model runs, not what it computes (not stored in checkpoints)."""
+    if cfg.model.get("remat"):
+        import dataclasses
+
+        model.config = dataclasses.replace(model.config, remat=True)
+    return model
 
 
 def save_hf(model, path, **kw):
@@ -161,6 +173,10 @@ def save_hf(model, path, **kw):
 
 
 def build_model(cfg, tokenizer, workdir, mesh=None):
+    return with_runtime_flags(_build_model(cfg, tokenizer, workdir, mesh), cfg)
+
+
+def _build_model(cfg, tokenizer, workdir, mesh=None):
     from jaxrl_reason.models.qwen2 import ModelConfig, init_model
 
     m = cfg.model

@@ -11,7 +11,7 @@ import pytest
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rewards.math import (MATH_FLAGS, BoxedAnswer, MathGrader, answers_equivalent, canonical_form,
                                        default_grader, equivalence_classes, extract_boxed, find_boxed, math_reward,
-                                       normalize_gold, reward_metrics)
+                                       last_number, normalize_gold, reward_metrics)
 
 TIMEOUT_S = 1.5
 GRACE_S = 2.0  # generous, so that a loaded CI machine never turns a soft timeout into a kill
@@ -260,3 +260,26 @@ def test_equivalence_classes(grader):
     hits = grader.stats().get("cache_hits", 0)
     assert equivalence_classes(answers, grader=grader) == ids
     assert grader.stats()["cache_hits"] > hits  # pairwise checks are cached across calls
+
+
+def test_last_number_extraction():
+    assert last_number("70 + 78 = 148.") == "148"
+    assert last_number("a total of 1,234,567 apples") == "1234567"
+    assert last_number("ratio 3/4") == "3/4"
+    assert last_number("pi is 3.14.") == "3.14"
+    assert last_number("so it is -7") == "-7"
+    assert last_number("x2 and v1.5") is None  # digits inside identifiers are not answers
+    assert last_number("no digits") is None and last_number(None) is None
+
+
+def test_math_reward_last_number_fallback_only_without_a_box(grader):
+    completions = ["so 70 + 78 = 148", "\\boxed{} and then 148", "\\boxed{147}, not 148", "nothing", "\\boxed{148"]
+    strict = math_reward(completions, ["148"] * 5, grader=grader)
+    np.testing.assert_array_equal(strict.scores, np.zeros(5, np.float32))
+    flexible = math_reward(completions, ["148"] * 5, grader=grader, extraction="boxed_or_last_number")
+    # A non-empty box always wins over a later number; an empty or missing box falls back to the last number.
+    np.testing.assert_array_equal(flexible.scores, np.array([1, 1, 0, 0, 1], np.float32))
+    assert [d["from_last_number"] for d in flexible.details] == [True, True, False, False, True]
+    assert flexible.details[3]["no_answer"] and not flexible.details[0]["no_answer"]
+    with pytest.raises(ValueError, match="extraction='last'"):
+        math_reward(["1"], ["1"], grader=grader, extraction="last")

