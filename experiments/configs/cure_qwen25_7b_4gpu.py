@@ -2,9 +2,8 @@
 gradients fully sharded over the 4 devices (fsdp=4), batch rows split the same way, paper-run loss settings
 (lr 1e-6, clip 0.2 / 0.28, dual-clip 10, no KL).
 
-NOTE: the CURE method is not implemented yet (jaxrl_reason/methods/ has grpo and rlv); until it is registered,
-train.py stops at `make_method` with "config method.name='cure' is unknown". The `method.extra` knobs below are
-METHODS.md's names for CURE's settings and are passed to its constructor once it exists.
+The method is `jaxrl_reason.methods.cure.CURE` (registered as "cure"); the `method.extra` knobs below are its
+constructor arguments, METHODS.md's names for CURE's settings. experiments/configs/cure.py is the CPU variant.
 
 Rows per step, worst case with Q=16 queries x K=4 solve samples and M=4 guided solutions per critique:
 solve 64 + replayed guided solutions <= 128 + critiques <= 64 (1:1 correct / wrong) + guided <= 32 x 4 = 128,
@@ -58,7 +57,19 @@ def get_config():
     c.method.extra.replay_acc_range = (0.0, 0.0)  # zero-pass queries whose good guided solutions are replayed
     c.method.extra.critique_advantage_scale = 2.0  # c in A = c * (guided reward - acc(x))
     c.method.extra.verdict_advantage = 1.0  # fixed advantage of the teacher-forced verdict tokens
-    c.method.extra.critique_max_new_tokens = 384
+    c.method.extra.critique_max_new_tokens = 384  # critique budget after the forced verdict
+    c.method.extra.guided_max_new_tokens = 0  # guided solution budget (0 = rl.max_new_tokens)
+    c.method.extra.format_penalty_missing = -0.5  # missing field, bad verdict or empty quote
+    c.method.extra.format_penalty_short_hint = -0.25  # hint empty or under min_hint_words
+    c.method.extra.min_hint_words = 10
+    c.method.extra.critique_balance = "subsample"  # 1:1 correct / wrong critiques | none
+    c.method.extra.critique_priority = "low_acc"  # zero-pass, then partial queries first | random
+    c.method.extra.max_critiques = 0  # cap per step (0 = none; 1:1 balance already bounds it by Q*K)
+    c.method.extra.max_replay_per_query = 0  # cap on replayed samples per query (0 = none)
+    c.method.extra.critique_weight = 1.0  # weight of the critique term (solve: 1)
+    c.method.extra.guided_weight = 1.0  # weight of the guided_solve term
+    c.method.extra.rescore_rows = 16  # rows per forward when recomputing pi_old (replay, forced verdicts)
+    c.method.extra.rescore_chunk = 512  # time chunk of those forwards' [rows, time, 152k] logits
 
     c.rl.steps = 400
     c.rl.prompts_per_step = 16  # Q

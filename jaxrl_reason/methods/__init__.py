@@ -1,10 +1,11 @@
 """Methods turn rollouts into task rows; `make_method(config)` builds one from an ml_collections config."""
 from __future__ import annotations
 
+from jaxrl_reason.methods.cure import CURE
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.methods.rlv import RLV
 
-METHODS = {"grpo": GRPO, "rlv": RLV}
+METHODS = {"grpo": GRPO, "rlv": RLV, "cure": CURE}
 
 
 def make_method(cfg):

@@ -1,0 +1,49 @@
+"""CURE (METHODS.md §3) on the CPU default task: solve, critique with a teacher-forced verdict, guided
+re-exploration from the critique's hint, replay of guided successes into zero-pass solve groups.
+
+    python experiments/train.py --config experiments/configs/cure.py
+    python experiments/train.py --config experiments/configs/cure.py --config.rl.steps=2 --config.sft.steps=20
+
+The tiny model is warmed up on solutions only, so its first critiques are not well-formed: expect the format
+penalty and the fixed verdict advantage to dominate the critique task early on.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny_default import get_config as tiny_default  # noqa: E402
+
+
+def get_config():
+    c = tiny_default()
+    c.workdir = "runs/cure"
+    # A critique prompt holds the problem, a solution and the four-field instructions: ~520 tokens of the
+    # task-trained BPE, plus the verdict and the critique. RoPE has no parameters, so this leaves the
+    # initialisation unchanged.
+    c.model.max_position_embeddings = 1024
+
+    c.method.name = "cure"
+    c.method.estimator = "grpo"  # advantages inside each task's own groups
+    c.method.aggregation = "token_mean"  # each task's loss averaged over its own generated tokens
+    c.method.eps_high = 0.28  # the paper run's clip-higher
+    c.method.extra.guided_samples = 4  # M: guided re-solutions per critique of a wrong solution
+    c.method.extra.critique_acc_range = (0.0, 0.9)  # queries whose solutions get critiqued
+    c.method.extra.replay_acc_range = (0.0, 0.0)  # zero-pass queries whose good guided solutions are replayed
+    c.method.extra.critique_advantage_scale = 2.0  # c in A = c * (guided reward - acc(x))
+    c.method.extra.verdict_advantage = 1.0  # fixed advantage of the teacher-forced verdict tokens
+    c.method.extra.critique_max_new_tokens = 48  # critique budget after the forced verdict
+    c.method.extra.guided_max_new_tokens = 0  # guided solution budget (0 = rl.max_new_tokens)
+    c.method.extra.format_penalty_missing = -0.5  # missing field, bad verdict or empty quote
+    c.method.extra.format_penalty_short_hint = -0.25  # hint empty or under min_hint_words
+    c.method.extra.min_hint_words = 10
+    c.method.extra.critique_balance = "subsample"  # 1:1 correct / wrong critiques | none
+    c.method.extra.critique_priority = "low_acc"  # zero-pass, then partial queries first | random
+    c.method.extra.max_critiques = 16  # cap per step (0 = none): bounds the guided round to 8 x M rows
+    c.method.extra.max_replay_per_query = 0  # cap on replayed samples per query (0 = none)
+    c.method.extra.critique_weight = 1.0  # weight of the critique term (solve: 1)
+    c.method.extra.guided_weight = 1.0  # weight of the guided_solve term
+    c.method.extra.rescore_rows = 16  # rows per forward when recomputing pi_old (replay, forced verdicts)
+    c.method.extra.rescore_chunk = 0  # time chunk of those forwards' logits (0 = whole)
+
+    c.rl.samples_per_prompt = 4  # K, as in the paper run
+    return c

@@ -1,0 +1,207 @@
+"""Test-time iterative self-refinement (METHODS.md §3, last paragraph), the loop a CURE policy is trained for.
+
+    round 0:  solve x                                       -> y_0
+    round t:  critique y_{t-1} (verdict generated, not forced)
+              ERROR_FOUND: false  -> x is settled, y_{t-1} stays its answer for every later round
+              otherwise           -> y_t = solve guided_prompt(x, hint)   (y_{t-1} is not shown)
+
+[choice] A critique whose verdict cannot be parsed counts as "error found": the loop only stops on an explicit
+"no error", and for the verdict metrics an unparsed verdict is a claim of an error.
+
+Self-verification metrics score each round's verdicts against the verifier's judgement of the solution they
+judged; the positive class is "the solution is wrong" (a verdict of ERROR_FOUND: true is a positive prediction).
+
+Any generator works: `generate(prompt_token_lists, *, max_new_tokens) -> completion token lists` (a stub in
+tests, `make_generate(model, tokenizer, ...)` for a model).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+import jax
+import numpy as np
+
+from jaxrl_reason.data.prompts import critique_prompt, guided_prompt, parse_critique, solve_prompt
+
+Generate = Callable[..., list]  # (prompts: list[list[int]], *, max_new_tokens: int) -> list[list[int]]
+
+VERDICT_ERROR, VERDICT_NO_ERROR, VERDICT_UNPARSED, NOT_CRITIQUED = 1, 0, -1, -2
+
+
+class RefineResult(NamedTuple):
+    """The trajectory of every example through `rounds` (T) refinement rounds; N examples.
+
+    correct:   bool  [T + 1, N]  correctness of the example's standing solution after round t (0 = first solve)
+    tokens:    int64 [T + 1, N]  tokens generated for the example in round t (round 0: the solve; later rounds:
+                                 the critique plus, unless it said no error, the guided re-solve)
+    verdicts:  int8  [T, N]      verdict of round t + 1's critique of the solution after round t: VERDICT_ERROR (1),
+                                 VERDICT_NO_ERROR (0), VERDICT_UNPARSED (-1), NOT_CRITIQUED (-2, settled earlier)
+    stopped:   int64 [N]         the round whose critique said no error; -1 if none did
+    solutions: [N] the standing solution texts after the last round
+    critiques: [N] the last critique text of each example ("" if never critiqued)
+    """
+
+    correct: np.ndarray
+    tokens: np.ndarray
+    verdicts: np.ndarray
+    stopped: np.ndarray
+    solutions: list
+    critiques: list
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        """float [T + 1]: accuracy after each round."""
+        return self.correct.mean(axis=1)
+
+    @property
+    def tokens_per_example(self) -> np.ndarray:
+        """float [T + 1]: mean tokens generated per example up to and including each round."""
+        return np.cumsum(self.tokens.sum(axis=1)) / max(self.correct.shape[1], 1)
+
+    def verdict_metrics(self, round_index: Optional[int] = None) -> dict:
+        """precision / recall / F1 / accuracy of the error verdicts (positive class: the solution is wrong), over
+        round `round_index` (1-based) or pooled over all rounds; `critiqued` counts the verdicts scored."""
+        rounds = range(self.verdicts.shape[0]) if round_index is None else [round_index - 1]
+        pred, truth = [], []
+        for r in rounds:
+            seen = self.verdicts[r] != NOT_CRITIQUED
+            pred.append(self.verdicts[r][seen] != VERDICT_NO_ERROR)
+            truth.append(~self.correct[r][seen])
+        return verdict_scores(np.concatenate(pred) if pred else np.zeros(0, bool),
+                              np.concatenate(truth) if truth else np.zeros(0, bool))
+
+    def summary(self) -> dict:
+        """Flat dict for logging: accuracy and cumulative tokens per round, per-round and pooled verdict F1."""
+        out = {}
+        for t, (a, n) in enumerate(zip(self.accuracy, self.tokens_per_example)):
+            out[f"refine/round{t}/accuracy"] = float(a)
+            out[f"refine/round{t}/tokens_per_example"] = float(n)
+            if t:
+                out[f"refine/round{t}/critiqued"] = int(np.sum(self.verdicts[t - 1] != NOT_CRITIQUED))
+                out[f"refine/round{t}/verdict_f1"] = self.verdict_metrics(t)["f1"]
+        pooled = self.verdict_metrics()
+        out.update({f"refine/verdict_{k}": v for k, v in pooled.items()})
+        out["refine/settled_frac"] = float(np.mean(self.stopped >= 0))
+        return out
+
+
+def verdict_scores(pred_error: np.ndarray, is_wrong: np.ndarray) -> dict:
+    """Binary detection scores with 'wrong solution' as the positive class. Empty inputs give zeros."""
+    pred_error, is_wrong = np.asarray(pred_error, bool), np.asarray(is_wrong, bool)
+    if pred_error.shape != is_wrong.shape:
+        raise ValueError(f"verdict_scores: predictions {pred_error.shape} and labels {is_wrong.shape} differ")
+    tp = int(np.sum(pred_error & is_wrong))
+    fp = int(np.sum(pred_error & ~is_wrong))
+    fn = int(np.sum(~pred_error & is_wrong))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    acc = float(np.mean(pred_error == is_wrong)) if pred_error.size else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "accuracy": acc, "critiqued": int(pred_error.size)}
+
+
+def make_generate(model, tokenizer, *, params=None, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                  seed: int = 0, batch_size: int = 64, mesh=None) -> Generate:
+    """A `generate` for `self_refine` from a model: batches of `batch_size` prompts, one sample each, stopping at
+    the tokenizer's stop ids. Each call draws from a fresh key (seed, call number, batch start)."""
+    from jaxrl_reason.sampling.sampler import sample
+
+    if batch_size < 1:
+        raise ValueError(f"make_generate: batch_size must be >= 1, got {batch_size}")
+    key = jax.random.PRNGKey(seed)
+    calls = [0]
+
+    def generate(prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> list:
+        calls[0] += 1
+        out = []
+        for start in range(0, len(prompts), batch_size):
+            k = jax.random.fold_in(jax.random.fold_in(key, calls[0]), start)
+            o = sample(model, list(prompts[start:start + batch_size]), k, max_new_tokens=max_new_tokens,
+                       temperature=temperature, top_p=top_p, top_k=top_k, stop_token_ids=tokenizer.stop_ids,
+                       pad_id=tokenizer.pad_id, state=params, mesh=mesh)
+            out.extend(o.completions())
+        return out
+
+    return generate
+
+
+def _decode(tokenizer, ids: Sequence[Sequence[int]]) -> list:
+    return [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
+
+
+def _scores(reward_fn, texts: list, examples: list) -> np.ndarray:
+    if not texts:
+        return np.zeros((0,), bool)
+    s = np.asarray(reward_fn(texts, examples).scores, np.float32)
+    if s.shape != (len(texts),):
+        raise ValueError(f"reward_fn returned {s.shape} scores for {len(texts)} texts; it must give one per text")
+    return s > 0.5
+
+
+def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, *, rounds: int,
+                max_new_tokens: int, critique_max_new_tokens: Optional[int] = None, params=None,
+                temperature: float = 0.0, seed: int = 0, batch_size: int = 64,
+                generate: Optional[Generate] = None, prompt_fn: Callable[[str], str] = solve_prompt,
+                min_hint_words: int = 10) -> RefineResult:
+    """Solve, then up to `rounds` rounds of self-critique and guided re-solving (see the module docstring).
+
+    examples:  objects with `.question` (and whatever `reward_fn` reads, e.g. `.answer`)
+    reward_fn: (texts, examples) -> RewardResult; a score > 0.5 is correct
+    generate:  overrides the model (then `model` may be None); default `make_generate(model, tokenizer, ...)`
+    critique_max_new_tokens: default `max_new_tokens`
+    """
+    if rounds < 0:
+        raise ValueError(f"self_refine: rounds must be >= 0, got {rounds}")
+    if max_new_tokens < 1:
+        raise ValueError(f"self_refine: max_new_tokens must be >= 1, got {max_new_tokens}")
+    if generate is None:
+        if model is None:
+            raise ValueError("self_refine needs a model or a `generate` function")
+        generate = make_generate(model, tokenizer, params=params, temperature=temperature, seed=seed,
+                                 batch_size=batch_size)
+    crit_budget = critique_max_new_tokens or max_new_tokens
+    examples = list(examples)
+    n = len(examples)
+    questions = [e.question for e in examples]
+    render = lambda texts: tokenizer.encode_ragged([tokenizer.render_prompt(t) for t in texts]) if texts else []
+
+    correct = np.zeros((rounds + 1, n), bool)
+    tokens = np.zeros((rounds + 1, n), np.int64)
+    verdicts = np.full((rounds, n), NOT_CRITIQUED, np.int8)
+    stopped = np.full((n,), -1, np.int64)
+    critiques = [""] * n
+
+    ids = generate(render([prompt_fn(q) for q in questions]), max_new_tokens=max_new_tokens)
+    solutions = _decode(tokenizer, ids)
+    tokens[0] = [len(x) for x in ids]
+    correct[0] = _scores(reward_fn, solutions, examples)
+
+    for t in range(1, rounds + 1):
+        correct[t] = correct[t - 1]
+        active = np.flatnonzero(stopped < 0)
+        if not len(active):
+            continue
+        c_ids = generate(render([critique_prompt(questions[i], solutions[i]) for i in active]),
+                         max_new_tokens=crit_budget)
+        c_texts = _decode(tokenizer, c_ids)
+        parsed = [parse_critique(c, min_hint_words=min_hint_words) for c in c_texts]
+        redo = []
+        for i, c_id, c_text, p in zip(active, c_ids, c_texts, parsed):
+            tokens[t, i] += len(c_id)
+            critiques[i] = c_text
+            v = VERDICT_UNPARSED if p.error_found is None else (VERDICT_ERROR if p.error_found else VERDICT_NO_ERROR)
+            verdicts[t - 1, i] = v
+            if v == VERDICT_NO_ERROR:
+                stopped[i] = t
+            else:
+                redo.append((i, p.hint or ""))
+        if not redo:
+            continue
+        r_ids = generate(render([guided_prompt(questions[i], h) for i, h in redo]), max_new_tokens=max_new_tokens)
+        r_texts = _decode(tokenizer, r_ids)
+        r_ok = _scores(reward_fn, r_texts, [examples[i] for i, _ in redo])
+        for (i, _), ids_i, text, ok in zip(redo, r_ids, r_texts, r_ok):
+            tokens[t, i] += len(ids_i)
+            solutions[i] = text
+            correct[t, i] = ok
+    return RefineResult(correct, tokens, verdicts, stopped, solutions, critiques)

@@ -1,0 +1,445 @@
+"""CURE (METHODS.md §3): critique selection, teacher-forced verdicts, guided re-exploration, replay, hybrid
+critique advantages, pi_old recomputation, and test-time self-refinement.
+
+The method is driven by a scripted sampler (critiques, hints and guided solutions whose correctness the test
+chooses) and a tiny real model for the log-prob recomputation and the update."""
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jaxrl_reason.data.arithmetic import arithmetic_examples
+from jaxrl_reason.data.prompts import critique_prompt, guided_prompt, solve_prompt
+from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
+from jaxrl_reason.inference.refine import (NOT_CRITIQUED, VERDICT_ERROR, VERDICT_NO_ERROR, self_refine,
+                                           verdict_scores)
+from jaxrl_reason.methods import make_method
+from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.cure import (CURE, critique_rest_advantage, policy_logprobs, replay_group_advantages,
+                                       select_critique_rows)
+from jaxrl_reason.rewards.base import RewardResult
+from jaxrl_reason.rl.batch import PAD_TASK_ID, TASKS
+from jaxrl_reason.sampling.sampler import SampleOutput, sequence_logprobs
+from jaxrl_reason.train.update import make_update
+
+from tiny import ARITH, tiny_model  # noqa: E402
+
+HINT = "add the numbers one pair at a time and check every partial sum twice before writing it"
+M = 4
+C = 3.0  # critique_advantage_scale; not 2, so the rest's advantage differs from the verdict's +1
+# Solve rewards, Q=4 x K=4: zero-pass, partial (0.25), partial (0.75), solved (outside the [0, 0.9] range).
+REWARDS = np.array([[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], np.float32)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    ex = arithmetic_examples(30, seed=1, config=ARITH)
+    extra = [critique_prompt(e.question, e.solution) for e in ex] + [guided_prompt(e.question, HINT) for e in ex]
+    extra += [f"ERROR_FOUND: true\nERROR_QUOTE: x\nWHY_IT_MATTERS: y\nHIGH_LEVEL_HINT: {HINT}"] * 5
+    # A vocabulary that knows the templates keeps critique rows short, hence the tests fast.
+    texts = [solve_prompt(e.question) for e in ex] + [e.solution for e in ex] + extra
+    return train_tiny_tokenizer(texts, str(tmp_path_factory.mktemp("tok")), vocab_size=640)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return tiny_model(tokenizer, seed=3, max_positions=1024)
+
+
+def reward(texts, examples):
+    return RewardResult(np.array(["RIGHT" in t for t in texts], np.float32), [{}] * len(texts))
+
+
+def solve_text(q, s):
+    return f"attempt q{q}s{s} " + ("RIGHT" if REWARDS[q, s] else "WRONG")
+
+
+class ScriptedSampler:
+    """Stands in for ctx.sample: answers critique prompts with a four-field critique (a short hint when the
+    critiqued attempt is q0s3), guided prompts with M solutions of which the even-numbered are right."""
+
+    def __init__(self, tok):
+        self.tok, self.calls = tok, []
+
+    def respond(self, prompt_text, s):
+        if "Find the earliest error" in prompt_text:
+            hint = "add carefully" if "attempt q0s3" in prompt_text else HINT
+            return f"ERROR_QUOTE: 3 + 4 = 8\nWHY_IT_MATTERS: the sum is off\nHIGH_LEVEL_HINT: {hint}"
+        if "Guidance for solving" in prompt_text:
+            return "fresh RIGHT sum" if s % 2 == 0 else "fresh WRONG sum"
+        raise AssertionError(f"unexpected prompt: {prompt_text[:80]!r}")
+
+    def __call__(self, prompts, num_samples=1, max_new_tokens=64, **kw):
+        self.calls.append({"prompts": [list(p) for p in prompts], "num_samples": num_samples,
+                           "max_new_tokens": max_new_tokens})
+        rows = [self.tok.encode(self.respond(self.tok.decode(p), s))[:max_new_tokens - 1] + [self.tok.eos_id]
+                for p in prompts for s in range(num_samples)]
+        n, width = len(rows), max(map(len, rows))
+        tokens = np.zeros((n, width), np.int32)
+        lp = np.zeros((n, width), np.float32)
+        for i, r in enumerate(rows):
+            tokens[i, :len(r)] = r
+            lp[i, :len(r)] = -0.25 - 0.01 * np.arange(len(r))
+        return SampleOutput(tokens, lp, lp, np.array(list(map(len, rows)), np.int32), np.zeros(n, np.int32),
+                            np.repeat(np.arange(len(prompts), dtype=np.int32), num_samples))
+
+
+def make_rollouts(tok):
+    ex = arithmetic_examples(REWARDS.shape[0], seed=5, config=ARITH)
+    q, k = REWARDS.shape
+    prompts = [tok.encode(tok.render_prompt(solve_prompt(e.question))) for e in ex]
+    texts = [solve_text(i // k, i % k) for i in range(q * k)]
+    comps = [tok.encode(t) + [tok.eos_id] for t in texts]
+    return Rollouts(ex, prompts, comps, [np.full(len(c), -0.5, np.float32) for c in comps], texts, REWARDS.copy(),
+                    ["eos"] * (q * k), [{}] * (q * k))
+
+
+@pytest.fixture(scope="module")
+def built(tokenizer, model):
+    """One CURE build on the scripted step: (method, rollouts, sampler, batch, metrics)."""
+    method = CURE("grpo", guided_samples=M, critique_advantage_scale=C, critique_max_new_tokens=64)
+    ro = make_rollouts(tokenizer)
+    sampler = ScriptedSampler(tokenizer)
+    ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id, model, nnx.state(model))
+    batch, metrics = method.build(ro, ctx)
+    return method, ro, sampler, batch, metrics
+
+
+def rows_of(batch, task):
+    return np.flatnonzero(np.asarray(batch.task_id) == TASKS[task])
+
+
+def completion(batch, i):
+    m = np.asarray(batch.loss_mask[i]) > 0
+    return np.asarray(batch.tokens[i])[m].tolist(), np.flatnonzero(m)
+
+
+# ------------------------------------------------------------------------------------------ pure pieces
+
+
+def test_replay_group_advantages_by_hand():
+    # q0: four wrong plain samples + two replayed successes; q1: no replay. GRPO, sample std (ddof=1):
+    # mean 1/3, std = sqrt((4 * 1/9 + 2 * 4/9) / 5) = sqrt(12/45).
+    out = replay_group_advantages(np.array([[0, 0, 0, 0], [1, 0, 1, 0]], np.float32), [[1.0, 1.0], []], "grpo")
+    std = np.sqrt(12 / 45)
+    np.testing.assert_allclose(out.base[0], [-(1 / 3) / std] * 4, rtol=1e-4)
+    np.testing.assert_allclose(out.replay[0], [(2 / 3) / std] * 2, rtol=1e-4)
+    # the group without replay is plain GRPO: mean 1/2, std sqrt(4 * 1/4 / 3)
+    np.testing.assert_allclose(out.base[1], np.array([1, -1, 1, -1]) * 0.5 / np.sqrt(1 / 3), rtol=1e-4)
+    assert out.replay[1].shape == (0,)
+    # without replay the zero-pass group carries no signal at all
+    assert np.all(replay_group_advantages(np.zeros((1, 4)), [[]], "grpo").base == 0)
+    # rloo on the enlarged group: r_i - mean of the other five
+    out = replay_group_advantages(np.zeros((1, 4), np.float32), [[1.0, 1.0]], "rloo")
+    np.testing.assert_allclose(out.base[0], [0 - 2 / 5] * 4, rtol=1e-5)
+    np.testing.assert_allclose(out.replay[0], [1 - 1 / 5] * 2, rtol=1e-5)
+
+
+def test_critique_rest_advantage_by_hand():
+    assert critique_rest_advantage([1, 0, 1, 1], 0.25, scale=2.0, format_penalty=0.0) == pytest.approx(1.0)
+    assert critique_rest_advantage([0, 0, 0, 0], 0.5, scale=2.0, format_penalty=-0.25) == pytest.approx(-1.25)
+    assert critique_rest_advantage(None, 0.5, scale=2.0, format_penalty=-0.5) == -0.5  # a correct sample's
+    with pytest.raises(ValueError, match="guided"):
+        critique_rest_advantage([], 0.0, scale=2.0, format_penalty=0.0)
+
+
+def test_select_critique_rows_balanced_and_in_range():
+    rng = np.random.default_rng(0)
+    idx = select_critique_rows(REWARDS, (0.0, 0.9), rng)
+    q = idx // 4
+    correct = REWARDS.reshape(-1)[idx] > 0.5
+    assert not np.any(q == 3)  # the solved query is outside [0, 0.9]
+    assert correct.sum() == (~correct).sum() == 4  # 4 correct candidates, 8 wrong -> 4 + 4
+    assert np.all(q[~correct] == 0)  # low_acc priority: wrong samples of the zero-pass query first
+    for seed in range(5):  # random priority: still balanced and in range, wrong ones from anywhere in range
+        idx = select_critique_rows(REWARDS, (0.0, 0.9), np.random.default_rng(seed), priority="random")
+        c = REWARDS.reshape(-1)[idx] > 0.5
+        assert c.sum() == (~c).sum() == 4 and np.all(idx // 4 <= 2)
+    assert len(select_critique_rows(REWARDS, (0.0, 0.0), rng)) == 0  # only zero-pass: no correct sample
+    assert len(select_critique_rows(REWARDS, (0.0, 0.0), rng, balance="none")) == 4
+    assert len(select_critique_rows(REWARDS, (0.0, 0.9), rng, max_rows=2)) == 2
+    with pytest.raises(ValueError, match="critique_balance"):
+        select_critique_rows(REWARDS, (0.0, 0.9), rng, balance="oversample")
+
+
+def test_bad_knobs_name_the_field():
+    with pytest.raises(ValueError, match="critique_acc_range"):
+        CURE(critique_acc_range=(0.5, 0.1))
+    with pytest.raises(ValueError, match="guided_samples"):
+        CURE(guided_samples=0)
+    with pytest.raises(ValueError, match="format_penalty"):
+        CURE(format_penalty_missing=0.5)
+
+
+# ------------------------------------------------------------------------------------------ one build
+
+
+def test_build_rows_and_metrics(built):
+    method, ro, sampler, batch, metrics = built
+    assert len(rows_of(batch, "critique")) == metrics["critique/rows"] == 8
+    assert len(rows_of(batch, "guided_solve")) == metrics["guided_solve/rows"] == 4 * M
+    # four critiques of q0's wrong samples, each with 2 of M=4 guided solutions right -> 8 replayed into q0
+    assert metrics["replay/rows"] == 8 and metrics["replay/queries"] == 1
+    assert len(rows_of(batch, "solve")) == 16 + 8
+    assert metrics["critique/wrong_frac"] == 0.5 and metrics["guided_solve/accuracy"] == 0.5
+    assert {t.name for t in method.terms()} == {"pg", "critique", "guided_solve"}
+    # the critique budget reached the sampler; guided solutions used the trainer's default budget
+    assert sampler.calls[0]["max_new_tokens"] == 64 and sampler.calls[1]["num_samples"] == M
+
+
+def test_critique_prompts_end_with_the_forced_verdict(built, tokenizer):
+    _, ro, sampler, batch, _ = built
+    crit_prompts = [tokenizer.decode(p) for p in sampler.calls[0]["prompts"]]
+    for text in crit_prompts:
+        attempt = text.split("Solution:\n")[1].split("\n")[0]
+        wrong = "WRONG" in attempt
+        assert text.endswith("ERROR_FOUND: true\n" if wrong else "ERROR_FOUND: false\n"), text[-40:]
+    # only in-range samples were critiqued: q3's attempts never appear
+    assert not any("attempt q3" in t for t in crit_prompts)
+
+
+def test_guided_prompt_never_contains_the_wrong_attempt(built, tokenizer):
+    _, ro, sampler, _, _ = built
+    guided = [tokenizer.decode(p) for p in sampler.calls[1]["prompts"]]
+    assert len(guided) == 4
+    for text in guided:
+        assert "Guidance for solving" in text and "attempt q" not in text
+        assert not any(t in text for t in ro.texts)
+
+
+def test_verdict_tokens_and_rest_carry_the_hybrid_advantage(built, tokenizer):
+    _, ro, _, batch, _ = built
+    adv = np.asarray(batch.advantages)
+    true_ids = tokenizer.encode("ERROR_FOUND: true\n")
+    false_ids = tokenizer.encode("ERROR_FOUND: false\n")
+    seen_short_hint = 0
+    for i in rows_of(batch, "critique"):
+        toks, pos = completion(batch, i)
+        prompt_text = tokenizer.decode(np.asarray(batch.tokens[i])[:pos[0]].tolist())
+        wrong = "WRONG" in prompt_text.split("Solution:\n")[1].split("\n")[0]
+        verdict = true_ids if wrong else false_ids
+        assert toks[:len(verdict)] == verdict
+        a = adv[i, pos]
+        np.testing.assert_allclose(a[:len(verdict)], 1.0)  # the fixed verdict advantage
+        if wrong:
+            # q0 (acc 0), guided correctness 2 of 4: C * (0.5 - 0) = 1.5; q0s3's critique has a short hint: -0.25
+            short = "attempt q0s3" in prompt_text
+            seen_short_hint += short
+            np.testing.assert_allclose(a[len(verdict):], C * 0.5 - (0.25 if short else 0.0), rtol=1e-6)
+        else:
+            np.testing.assert_allclose(a[len(verdict):], 0.0)  # well-formed critique of a correct sample
+    assert seen_short_hint == 1
+
+
+def test_solve_group_is_enlarged_by_replay(built, tokenizer):
+    _, ro, _, batch, _ = built
+    adv = np.asarray(batch.advantages)
+    solve = rows_of(batch, "solve")
+    right = tokenizer.encode("fresh RIGHT sum") + [tokenizer.eos_id]
+    # q0's group: 4 wrong + 8 replayed right; mean 2/3, std = sqrt((4 * 4/9 + 8 * 1/9) / 11) = sqrt(24/99)
+    std = np.sqrt(24 / 99)
+    plain0 = ro.prompts[0]
+    for i in solve[16:]:
+        toks, pos = completion(batch, i)
+        assert toks == right
+        assert np.asarray(batch.tokens[i])[:pos[0]].tolist() == plain0  # the plain prompt, hint hidden
+        np.testing.assert_allclose(adv[i, pos], (1 / 3) / std, rtol=1e-4)
+    for i in solve[:4]:
+        _, pos = completion(batch, i)
+        np.testing.assert_allclose(adv[i, pos], -(2 / 3) / std, rtol=1e-4)
+
+
+def test_recomputed_old_logprobs_match_a_fresh_forward(built, model, tokenizer):
+    _, ro, sampler, batch, _ = built
+    old = np.asarray(batch.old_logprobs)
+    params = nnx.state(model)
+    for i in rows_of(batch, "solve")[16:18]:  # replayed: pi_old under the plain solve prompt
+        toks, pos = completion(batch, i)
+        ref = sequence_logprobs(model, [ro.prompts[0]], [toks], state=params)[0]
+        np.testing.assert_allclose(old[i, pos], ref, atol=2e-5)
+    # teacher-forced verdict tokens: scored under the critique prompt; the generated rest keeps the sampler's
+    i = rows_of(batch, "critique")[0]
+    toks, pos = completion(batch, i)
+    n_v = len(tokenizer.encode("ERROR_FOUND: false\n"))
+    prompt = np.asarray(batch.tokens[i])[:pos[0]].tolist()
+    ref = sequence_logprobs(model, [prompt], [toks[:n_v]], state=params)[0]
+    np.testing.assert_allclose(old[i, pos[:n_v]], ref, atol=2e-5)
+    np.testing.assert_allclose(old[i, pos[n_v:]], -0.25 - 0.01 * np.arange(len(pos) - n_v), atol=1e-6)
+    # the helper pads a short last chunk and keeps row order
+    lps = policy_logprobs(model, params, [ro.prompts[0]] * 3, [toks[:3], toks[:5], toks[:2]], rows_per_call=2)
+    assert [len(x) for x in lps] == [3, 5, 2]
+    np.testing.assert_allclose(lps[1][:3], lps[0], atol=1e-5)
+
+
+def test_one_update_raises_the_replayed_solution_under_the_plain_prompt(built, model, tokenizer):
+    method, ro, _, batch, _ = built
+    graphdef, params = nnx.split(model)
+    right = tokenizer.encode("fresh RIGHT sum") + [tokenizer.eos_id]
+
+    def logp(p):
+        return float(sequence_logprobs(model, [ro.prompts[0]], [right], state=p)[0].sum())
+
+    update = make_update(graphdef, optax.sgd(0.5), method.terms())
+
+    def updated(b):
+        p = jax.tree.map(jnp.copy, params)
+        return update(p, optax.sgd(0.5).init(p), b).params
+
+    before = logp(params)
+    after = logp(updated(batch))
+    # the counterfactual: the replayed rows turned into filler rows (same shape, so no second compilation)
+    task = np.asarray(batch.task_id).copy()
+    task[rows_of(batch, "solve")[16:]] = PAD_TASK_ID
+    no_replay = logp(updated(batch._replace(task_id=task)))
+    assert after > before, (before, after)
+    assert after - before > no_replay - before, (before, after, no_replay)
+
+
+# ------------------------------------------------------------------------------------------ configs, train
+
+
+def _configs():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
+    from configs import cure, cure_qwen25_7b_4gpu
+
+    return cure, cure_qwen25_7b_4gpu
+
+
+def test_configs_build_the_method():
+    for mod in _configs():
+        cfg = mod.get_config()
+        m = make_method({**cfg.method.to_dict(), "max_len": cfg.rl.max_new_tokens})
+        assert isinstance(m, CURE)
+        assert m.critique_acc_range == (0.0, 0.9) and m.replay_acc_range == (0.0, 0.0)
+        assert m.verdict_advantage == 1.0 and m.critique_advantage_scale == 2.0
+
+
+@pytest.mark.slow
+def test_cure_trains_end_to_end_through_train_py(tmp_path):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
+    import json
+
+    import train as train_script
+
+    cure_cfg, _ = _configs()
+    cfg = cure_cfg.get_config()
+    cfg.workdir = str(tmp_path / "run")
+    cfg.data.train_size, cfg.data.heldout_size = 300, 8
+    cfg.model.hidden_size, cfg.model.num_hidden_layers, cfg.model.intermediate_size = 32, 2, 64
+    cfg.sft.steps, cfg.sft.examples, cfg.sft.batch_size = 20, 100, 8
+    cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.rl.max_new_tokens = 2, 4, 4, 24
+    cfg.method.extra.critique_max_new_tokens = 16
+    cfg.rl.progress = False
+    results = train_script.run(cfg)
+    assert "after" in results
+    rows = [json.loads(x) for x in open(os.path.join(cfg.workdir, "logs", "metrics.jsonl"))]
+    rows = [r for r in rows if "loss/total" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert np.isfinite(r["loss/total"]) and "critique/rows" in r and "replay/rows" in r
+        if r["critique/rows"]:
+            assert r["critique/tokens"] > 0 and np.isfinite(r["loss/critique"])
+
+
+# ------------------------------------------------------------------------------------------ self-refinement
+
+
+class _Ex:
+    def __init__(self, question, answer):
+        self.question, self.answer = question, answer
+
+
+def _ok(texts, examples):
+    return RewardResult(np.array([f"ANSWER {e.answer}" in t for t, e in zip(texts, examples)], np.float32),
+                        [{}] * len(texts))
+
+
+def scripted_generate(tok, *, solve, critic):
+    """solve(question) -> first attempt; critic(question, attempt) -> critique text; guided prompts are answered
+    correctly. Every call is recorded."""
+    calls = []
+
+    def generate(prompts, *, max_new_tokens):
+        out = []
+        for p in prompts:
+            text = tok.decode(p)
+            question = text.split("QUESTION[")[1].split("]")[0]
+            if "Find the earliest error" in text:
+                attempt = text.split("Solution:\n")[1].split("\n\nReply")[0]
+                reply = critic(question, attempt)
+                calls.append(("critique", question))
+            elif "Guidance for solving" in text:
+                reply = f"fresh ANSWER {question}"
+                calls.append(("guided", question))
+            else:
+                reply = solve(question)
+                calls.append(("solve", question))
+            out.append(tok.encode(reply)[:max_new_tokens])
+        return out
+
+    return generate, calls
+
+
+def _critique(error):
+    return (f"ERROR_FOUND: {'true' if error else 'false'}\nERROR_QUOTE: x\nWHY_IT_MATTERS: y\n"
+            f"HIGH_LEVEL_HINT: {HINT}")
+
+
+def test_self_refine_stops_on_no_error_and_fixes_the_rest(tokenizer):
+    ex = [_Ex(f"QUESTION[{i}]", str(i)) for i in range(6)]
+    solve = lambda q: f"ANSWER {q}" if int(q) % 2 == 0 else "ANSWER wrong"  # 0, 2, 4 right
+    critic = lambda q, attempt: _critique("wrong" in attempt)  # an honest critic
+    gen, calls = scripted_generate(tokenizer, solve=solve, critic=critic)
+    res = self_refine(None, tokenizer, ex, _ok, rounds=3, max_new_tokens=40, generate=gen)
+    assert res.correct.shape == (4, 6) and res.tokens.shape == (4, 6) and res.verdicts.shape == (3, 6)
+    np.testing.assert_allclose(res.accuracy, [0.5, 1.0, 1.0, 1.0])
+    assert res.verdicts[0].tolist() == [VERDICT_NO_ERROR, VERDICT_ERROR] * 3
+    # round 2: the re-solved rows are judged right and settle; round 3 critiques no one
+    assert res.verdicts[1].tolist() == [NOT_CRITIQUED, VERDICT_NO_ERROR] * 3
+    assert np.all(res.verdicts[2] == NOT_CRITIQUED)
+    assert res.stopped.tolist() == [1, 2] * 3
+    assert calls.count(("guided", "1")) == 1 and calls.count(("critique", "0")) == 1  # no work after settling
+    assert res.tokens[3].sum() == 0 and np.all(res.tokens[1] > 0)
+    # tokens: exactly the generated ids of every call
+    expected0 = [len(tokenizer.encode(solve(str(i)))) for i in range(6)]
+    assert res.tokens[0].tolist() == expected0
+    assert res.verdict_metrics()["f1"] == 1.0 and res.verdict_metrics()["critiqued"] == 9
+    s = res.summary()
+    assert s["refine/round1/accuracy"] == 1.0 and s["refine/verdict_f1"] == 1.0
+    assert s["refine/round3/tokens_per_example"] == s["refine/round2/tokens_per_example"]
+
+
+def test_self_refine_trusts_a_lying_critic_and_scores_it(tokenizer):
+    ex = [_Ex(f"QUESTION[{i}]", str(i)) for i in range(4)]
+    solve = lambda q: "ANSWER wrong" if q in ("0", "1") else f"ANSWER {q}"
+    # says "no error" about q0's wrong attempt, and "error" about q2's right one
+    critic = lambda q, attempt: _critique(q in ("1", "2"))
+    gen, _ = scripted_generate(tokenizer, solve=solve, critic=critic)
+    res = self_refine(None, tokenizer, ex, _ok, rounds=1, max_new_tokens=40, generate=gen)
+    assert res.stopped.tolist() == [1, -1, -1, 1]
+    assert res.correct[1].tolist() == [False, True, True, True]  # q0 kept its wrong answer
+    # round 1 verdicts: pred error [F, T, T, F] vs wrong [T, T, F, F]: tp 1, fp 1, fn 1
+    m = res.verdict_metrics(1)
+    assert m["precision"] == 0.5 and m["recall"] == 0.5 and m["f1"] == 0.5 and m["accuracy"] == 0.5
+    assert verdict_scores(np.zeros(0, bool), np.zeros(0, bool))["f1"] == 0.0
+
+
+def test_self_refine_with_a_tiny_model(tokenizer, model):
+    ex = arithmetic_examples(3, seed=11, config=ARITH)
+
+    def math_reward(texts, examples):
+        return RewardResult(np.array([f"\\boxed{{{e.answer}}}" in t for t, e in zip(texts, examples)], np.float32),
+                            [{}] * len(texts))
+
+    res = self_refine(model, tokenizer, ex, math_reward, rounds=2, max_new_tokens=8, critique_max_new_tokens=8)
+    assert res.correct.shape == (3, 3) and res.verdicts.shape == (2, 3)
+    assert np.all(res.tokens[0] >= 1) and np.all(res.tokens[0] <= 8)
+    # an untrained model writes no parsable verdict: every row is critiqued and re-solved in each round
+    critiqued = res.verdicts != NOT_CRITIQUED
+    assert np.all(res.tokens[1:][critiqued] >= 2)
+    assert len(res.solutions) == 3 and res.accuracy.shape == (3,)
