@@ -430,16 +430,17 @@ def test_self_refine_trusts_a_lying_critic_and_scores_it(tokenizer):
 
 
 def test_self_refine_with_a_tiny_model(tokenizer, model):
-    ex = arithmetic_examples(3, seed=11, config=ARITH)
+    ex = arithmetic_examples(2, seed=11, config=ARITH)
 
     def math_reward(texts, examples):
         return RewardResult(np.array([f"\\boxed{{{e.answer}}}" in t for t, e in zip(texts, examples)], np.float32),
                             [{}] * len(texts))
 
-    res = self_refine(model, tokenizer, ex, math_reward, rounds=2, max_new_tokens=8, critique_max_new_tokens=8)
-    assert res.correct.shape == (3, 3) and res.verdicts.shape == (2, 3)
+    res = self_refine(model, tokenizer, ex, math_reward, rounds=1, max_new_tokens=8, critique_max_new_tokens=8,
+                      params=nnx.state(model))
+    assert res.correct.shape == (2, 2) and res.verdicts.shape == (1, 2) and res.tokens.shape == (2, 2)
     assert np.all(res.tokens[0] >= 1) and np.all(res.tokens[0] <= 8)
-    # an untrained model writes no parsable verdict: every row is critiqued and re-solved in each round
-    critiqued = res.verdicts != NOT_CRITIQUED
-    assert np.all(res.tokens[1:][critiqued] >= 2)
-    assert len(res.solutions) == 3 and res.accuracy.shape == (3,)
+    # an untrained model writes no parsable verdict: every row is critiqued and re-solved (critique + solution)
+    assert np.all(res.verdicts[0] == -1) and np.all(res.stopped == -1)
+    assert np.all(res.tokens[1] >= 2) and np.all(res.tokens[1] <= 16)
+    assert len(res.solutions) == 2 and res.accuracy.shape == (2,) and res.critiques[0] != ""

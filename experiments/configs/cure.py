@@ -26,6 +26,7 @@ def get_config():
     c.method.estimator = "grpo"  # advantages inside each task's own groups
     c.method.aggregation = "token_mean"  # each task's loss averaged over its own generated tokens
     c.method.eps_high = 0.28  # the paper run's clip-higher
+    c.method.dual_clip = 10.0  # and dual-clip
     c.method.extra.guided_samples = 4  # M: guided re-solutions per critique of a wrong solution
     c.method.extra.critique_acc_range = (0.0, 0.9)  # queries whose solutions get critiqued
     c.method.extra.replay_acc_range = (0.0, 0.0)  # zero-pass queries whose good guided solutions are replayed

@@ -39,6 +39,8 @@ from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches,
 from jaxrl_reason.rl.losses import TermSpec, kl_spec, pg_spec
 
 CURE_TASKS = ("solve", "critique", "guided_solve")
+# The paper run's loss: each task averaged over its own tokens, clip 0.2 / 0.28, dual-clip 10, no KL.
+PAPER_LOSS = PolicyLossConfig(aggregation="token_mean", eps_low=0.2, eps_high=0.28, dual_clip=10.0, beta=0.0)
 PRIORITIES = ("low_acc", "random")
 BALANCES = ("subsample", "none")
 
@@ -203,7 +205,7 @@ class CURE(GRPO):
 
     name = "cure"
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
+    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PAPER_LOSS, *,
                  guided_samples: int = 4, critique_acc_range=(0.0, 0.9), replay_acc_range=(0.0, 0.0),
                  critique_advantage_scale: float = 2.0, verdict_advantage: float = 1.0,
                  critique_max_new_tokens: int = 384, guided_max_new_tokens: int = 0,
