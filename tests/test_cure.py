@@ -334,6 +334,10 @@ def test_cure_trains_end_to_end_through_train_py(tmp_path):
     cfg.sft.steps, cfg.sft.examples, cfg.sft.batch_size = 20, 100, 8
     cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.rl.max_new_tokens = 2, 4, 4, 24
     cfg.method.extra.critique_max_new_tokens = 16
+    # 20 warm-up steps leave every query zero-pass, and a 1:1 balance of an all-wrong batch is empty: critique
+    # every candidate instead, so the critique and guided paths run inside the real trainer.
+    cfg.method.extra.critique_balance = "none"
+    cfg.method.extra.max_critiques = 4
     cfg.rl.progress = False
     results = train_script.run(cfg)
     assert "after" in results
@@ -341,9 +345,9 @@ def test_cure_trains_end_to_end_through_train_py(tmp_path):
     rows = [r for r in rows if "loss/total" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
-        assert np.isfinite(r["loss/total"]) and "critique/rows" in r and "replay/rows" in r
-        if r["critique/rows"]:
-            assert r["critique/tokens"] > 0 and np.isfinite(r["loss/critique"])
+        assert np.isfinite(r["loss/total"]) and r["critique/rows"] == 4
+        assert r["guided_solve/rows"] == 4 * r["critique/wrong_frac"] * cfg.method.extra.guided_samples
+        assert r["critique/tokens"] > 0 and np.isfinite(r["loss/critique"]) and "replay/rows" in r
 
 
 # ------------------------------------------------------------------------------------------ self-refinement
