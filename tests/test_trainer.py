@@ -216,3 +216,22 @@ def test_code_config_end_to_end(tmp_path):
     res = reward_fn([e.solution for e in train[:8]], train[:8])
     assert float(np.mean(res.scores)) == 1.0
     assert "```python" in prompt_fn("Write f.")
+
+
+class _TwoCallsGRPO(GRPO):
+    """GRPO that, like CURE, asks the trainer for two more generations while building its batch."""
+
+    def build(self, rollouts, ctx):
+        prompts = [list(p) for p in rollouts.prompts]
+        self.draws = [ctx.sample(prompts, num_samples=4, max_new_tokens=8).tokens for _ in range(2)]
+        return super().build(rollouts, ctx)
+
+
+def test_each_generation_in_a_step_gets_its_own_key(tokenizer, tmp_path):
+    tr = make_trainer(tokenizer, str(tmp_path), steps=1)
+    tr.method = _TwoCallsGRPO("grpo")
+    tr.train_step()
+    first, second = tr.method.draws
+    # Same prompts, same policy, temperature 1: only a shared key would make the two calls draw the same tokens.
+    assert first.shape == second.shape and (first != second).any()
+    tr.close()

@@ -3,9 +3,11 @@
   verifier     score(model, tokenizer, questions, solutions) = P("Yes" | verify prompt); verify_rows for training
   test_time    majority_vote, best_of_n, weighted_vote, select_length_by_confidence, budget_forcing, evaluate
   estimators   pass_at_k, best_of_k, majority_at_k, weighted_at_k
+  refine       self_refine: CURE's test-time loop (solve, critique, re-solve from the hint) for up to T rounds
 """
 from jaxrl_reason.inference.estimators import (SubsetEstimate, best_of_k, majority_at_k, pass_at_k,
                                                power_of_two_ks, weighted_at_k)
+from jaxrl_reason.inference.refine import RefineResult, make_generate, self_refine
 from jaxrl_reason.inference.test_time import (CONCLUSION_MARKER, THINK_CONCLUSION_MARKER, BudgetRun, Choice,
                                               ForcedOutput, LengthSelection, accuracy_curves, best_of_n,
                                               budget_forcing, evaluate, majority_vote, select_length_by_confidence,
@@ -18,5 +20,6 @@ __all__ = [
     "CONCLUSION_MARKER", "THINK_CONCLUSION_MARKER", "BudgetRun", "Choice", "ForcedOutput", "LengthSelection",
     "accuracy_curves", "best_of_n", "budget_forcing", "evaluate", "majority_vote", "select_length_by_confidence",
     "truncate_to_last_sentence", "weighted_vote",
+    "RefineResult", "make_generate", "self_refine",
     "VerdictIds", "VerifyRows", "score", "verdict_ids", "verdict_logprobs", "verify_prompts", "verify_rows",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import os
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -244,7 +245,11 @@ class Trainer:
             ro = self.rollouts(next(self.data), k_sample)
         t_sample = time.perf_counter()
         host_rng = np.random.default_rng(np.asarray(jax.device_get(k_method)).tolist())
-        ctx = Context(self.tokenizer, lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, 1), **kw),
+        # Each generation a method asks for in this step (CURE: critiques, then guided solutions) gets its own
+        # key; one shared key would make the second call reuse the first call's uniforms row by row.
+        calls = itertools.count(1)
+        ctx = Context(self.tokenizer,
+                      lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, next(calls)), **kw),
                       self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params)
         batch, method_metrics = self.method.build(ro, ctx)
         batch = pad_rows_to(batch, self._row_multiple, bucket=True)
