@@ -115,9 +115,9 @@ def test_single_device_config_runs_unsharded():
         train_script.build_mesh(cfg)
 
 
-def test_cure_7b_config_fits_four_80gb_gpus_and_waits_for_cure():
-    """The launch config's mesh and batch, planned for 4 devices, fit 80 GB each; training it stops with a clear
-    error until a CURE method is registered."""
+def test_cure_7b_config_fits_four_80gb_gpus_and_builds_cure():
+    """The launch config's mesh and batch, planned for 4 devices, fit 80 GB each, and its method section builds
+    the CURE method with its three tasks."""
     import plan_memory
     import train as train_script
 
@@ -139,11 +139,12 @@ def test_cure_7b_config_fits_four_80gb_gpus_and_waits_for_cure():
     assert p.prompt_tokens + c.rl.max_new_tokens <= p.context  # solve
     # critique: problem + solution + template (<= 128 tokens) + the critique itself
     assert p.prompt_tokens + c.rl.max_new_tokens + 128 + c.method.extra.critique_max_new_tokens <= p.context
-    from jaxrl_reason.methods import METHODS, make_method
+    from jaxrl_reason.methods import make_method
+    from jaxrl_reason.methods.cure import CURE
 
-    if "cure" not in METHODS:
-        with pytest.raises(ValueError, match="method.name='cure' is unknown"):
-            make_method(c.method)
+    method = make_method(c.method)
+    assert isinstance(method, CURE) and [t.name for t in method.terms()] == ["pg", "critique", "guided_solve"]
+    assert method.guided_samples == m
     tc = train_script.trainer_config(c)
     assert tc.micro_batches == c.rl.micro_batches and tc.logprob_chunk == c.rl.logprob_chunk
 
