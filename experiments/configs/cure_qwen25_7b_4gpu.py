@@ -27,11 +27,11 @@ import sys
 import ml_collections
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tiny_default import get_config as tiny_default  # noqa: E402
+from cure import get_config as cure_cpu  # noqa: E402
 
 
 def get_config():
-    c = tiny_default()
+    c = cure_cpu()  # the CURE method section (names and meanings of every knob)
     c.workdir = "runs/cure_qwen25_7b_4gpu"
     c.model.hf_path = "/data/Qwen2.5-7B-Instruct"  # local HF directory
     c.model.dtype = "bfloat16"  # parameters and AdamW state; float32 would need 65.7 of 80 GiB (see above)
@@ -45,30 +45,11 @@ def get_config():
     c.data.heldout_size = 500
     c.sft.steps = 0  # start from the instruct model
 
-    c.method.name = "cure"
-    c.method.estimator = "grpo"  # advantages inside each task's own groups
-    c.method.aggregation = "token_mean"  # each task's loss averaged over its generated tokens
-    c.method.eps_low = 0.2
-    c.method.eps_high = 0.28
-    c.method.dual_clip = 10.0
+    # CURE's knobs and their meanings live in cure.py; here only what the 7B run sets differently.
     c.method.beta = 0.0
-    c.method.extra.guided_samples = 4  # M: guided re-solutions per critique of a wrong solution
-    c.method.extra.critique_acc_range = (0.0, 0.9)  # queries whose solutions get critiqued
-    c.method.extra.replay_acc_range = (0.0, 0.0)  # zero-pass queries whose good guided solutions are replayed
-    c.method.extra.critique_advantage_scale = 2.0  # c in A = c * (guided reward - acc(x))
-    c.method.extra.verdict_advantage = 1.0  # fixed advantage of the teacher-forced verdict tokens
+    c.method.eps_low = 0.2
     c.method.extra.critique_max_new_tokens = 384  # critique budget after the forced verdict
-    c.method.extra.guided_max_new_tokens = 0  # guided solution budget (0 = rl.max_new_tokens)
-    c.method.extra.format_penalty_missing = -0.5  # missing field, bad verdict or empty quote
-    c.method.extra.format_penalty_short_hint = -0.25  # hint empty or under min_hint_words
-    c.method.extra.min_hint_words = 10
-    c.method.extra.critique_balance = "subsample"  # 1:1 correct / wrong critiques | none
-    c.method.extra.critique_priority = "low_acc"  # zero-pass, then partial queries first | random
     c.method.extra.max_critiques = 0  # cap per step (0 = none; 1:1 balance already bounds it by Q*K)
-    c.method.extra.max_replay_per_query = 0  # cap on replayed samples per query (0 = none)
-    c.method.extra.critique_weight = 1.0  # weight of the critique term (solve: 1)
-    c.method.extra.guided_weight = 1.0  # weight of the guided_solve term
-    c.method.extra.rescore_rows = 16  # rows per forward when recomputing pi_old (replay, forced verdicts)
     c.method.extra.rescore_chunk = 512  # time chunk of those forwards' [rows, time, 152k] logits
 
     c.rl.steps = 400
