@@ -1,5 +1,5 @@
 """The embedded CPU default: a tiny Qwen2-architecture model trained from scratch on built-in arithmetic with
-worked solutions (SFT warm-up), then GRPO; no download of any kind. ~10 minutes on 2 busy CPU cores.
+worked solutions (SFT warm-up), then GRPO; no download of any kind. ~7 minutes on 2 CPU cores.
 
     python experiments/train.py --config experiments/configs/tiny_default.py [--config.rl.steps=50 ...]
 """
@@ -48,14 +48,16 @@ def get_config():
     c.data.answer_field = "answer"
 
     c.sft = ml_collections.ConfigDict()
-    c.sft.steps = 350  # supervised warm-up steps on worked solutions (0 = none)
+    # Supervised warm-up steps on worked solutions (0 = none). 450 leaves the policy at ~50% held-out with faithful
+    # chains; 350 steps on 3,000 examples left it miscopying operands (1% faithful chains), where RL only swung.
+    c.sft.steps = 450
     c.sft.batch_size = 16
     c.sft.lr = 3e-3
     c.sft.warmup_steps = 10
-    c.sft.examples = 3000  # how many training problems the warm-up sees (the rest are left for RL)
+    c.sft.examples = 6000  # how many training problems the warm-up sees (the rest are left for RL)
 
     c.method = ml_collections.ConfigDict()
-    c.method.name = "grpo"  # grpo (rlv, cure, cipo once available)
+    c.method.name = "grpo"  # grpo | rlv | cure
     c.method.estimator = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | grpo_batch_std
     c.method.estimator_kwargs = ml_collections.ConfigDict()  # e.g. {"ddof": 0}
     c.method.aggregation = "seq_mean_token_mean"  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
@@ -68,7 +70,7 @@ def get_config():
     c.method.extra = ml_collections.ConfigDict()  # method-specific knobs (e.g. rlv's verify_weight)
 
     c.rl = ml_collections.ConfigDict()
-    c.rl.steps = 400  # RL steps
+    c.rl.steps = 300  # RL steps (held-out accuracy plateaued after ~200 in the measured run)
     c.rl.prompts_per_step = 8  # Q
     c.rl.samples_per_prompt = 8  # G
     c.rl.max_new_tokens = 64  # completion budget (a compact 5-operand solution is ~45 tokens)
