@@ -116,10 +116,14 @@ def select_critique_rows(rewards: np.ndarray, acc_range, rng: np.random.Generato
 
 
 class ReplayAdvantages(NamedTuple):
-    """base: [Q, K] advantages of the plain samples; replay: per query, one advantage per replayed sample."""
+    """base: [Q, K] advantages of the plain samples; replay: per query, one advantage per replayed sample;
+    rewards / valid / advantages: the enlarged groups as the estimator saw them, [Q, K + padding]."""
 
     base: np.ndarray
     replay: list
+    rewards: np.ndarray
+    valid: np.ndarray
+    advantages: np.ndarray
 
 
 def replay_group_advantages(rewards: np.ndarray, replay_rewards: Sequence[Sequence[float]], estimator: str,
@@ -139,7 +143,8 @@ def replay_group_advantages(rewards: np.ndarray, replay_rewards: Sequence[Sequen
         full[i, k:k + len(r)] = np.asarray(r, np.float32)
         valid[i, k:k + len(r)] = True
     adv = np.asarray(adv_lib.compute_advantages(estimator, full, valid, **estimator_kwargs))
-    return ReplayAdvantages(adv[:, :k], [adv[i, k:k + len(r)] for i, r in enumerate(replay_rewards)])
+    return ReplayAdvantages(adv[:, :k], [adv[i, k:k + len(r)] for i, r in enumerate(replay_rewards)], full, valid,
+                            adv)
 
 
 def critique_rest_advantage(guided_correct: Optional[Sequence[float]], acc: float, *, scale: float,
@@ -346,8 +351,8 @@ class CURE(GRPO):
         flat_replay = [(qi, gi, s) for qi, r in enumerate(replay) for gi, s in r]
 
         # pi_old of the forced verdict tokens and of the replayed samples under the plain prompt, in one pass.
-        score_p = [crit.prompts[j] for j in range(len(rows))] if crit else []
-        score_c = [crit.verdicts[j] for j in range(len(rows))] if crit else []
+        score_p = list(crit.prompts) if crit else []
+        score_c = list(crit.verdicts) if crit else []
         score_p += [ro.prompts[qi] for qi, _, _ in flat_replay]
         score_c += [g_comps[gi * self.guided_samples + s] for _, gi, s in flat_replay]
         lps = policy_logprobs(ctx.model, ctx.params, score_p, score_c, pad_id=ctx.pad_id,
@@ -362,17 +367,8 @@ class CURE(GRPO):
         advs = list(adv.base.reshape(-1)) + [float(a) for r in adv.replay for a in r]
         olds = list(ro.logprobs) + replay_lps
         batches = [build_token_batch(prompts, comps, advs, olds, "solve", pad_id=ctx.pad_id)]
-        enlarged = np.zeros((q, k + max((len(r) for r in replay), default=0)), np.float32)
-        valid = np.zeros(enlarged.shape, bool)
-        enlarged[:, :k], valid[:, :k] = ro.rewards, True
-        for qi, r in enumerate(replay_rewards):
-            enlarged[qi, k:k + len(r)], valid[qi, k:k + len(r)] = r, True
-        full_adv = np.zeros(enlarged.shape, np.float32)
-        full_adv[:, :k] = adv.base
-        for qi, a in enumerate(adv.replay):
-            full_adv[qi, k:k + len(a)] = a
         metrics.update({f"solve/{n}": float(v) for n, v in
-                        adv_lib.group_metrics(enlarged, valid, advantages=full_adv).items()})
+                        adv_lib.group_metrics(adv.rewards, adv.valid, advantages=adv.advantages).items()})
         metrics["replay/rows"] = len(flat_replay)
         metrics["replay/queries"] = int(sum(1 for r in replay if r))
 
