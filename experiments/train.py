@@ -173,10 +173,6 @@ def save_hf(model, path, **kw):
 
 
 def build_model(cfg, tokenizer, workdir, mesh=None):
-    return with_runtime_flags(_build_model(cfg, tokenizer, workdir, mesh), cfg)
-
-
-def _build_model(cfg, tokenizer, workdir, mesh=None):
     from jaxrl_reason.models.qwen2 import ModelConfig, init_model
 
     m = cfg.model
@@ -184,7 +180,8 @@ def _build_model(cfg, tokenizer, workdir, mesh=None):
         from jaxrl_reason.models.gguf_port import load_gguf
         from jaxrl_reason.parallel.rules import shard_model
 
-        model = load_gguf(m.gguf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)[0]
+        model = with_runtime_flags(load_gguf(m.gguf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)[0],
+                                   cfg)
         return model if mesh is None else shard_model(model, mesh)
     if m.hf_path:
         return load_hf(m.hf_path, cfg, mesh)
@@ -192,7 +189,8 @@ def _build_model(cfg, tokenizer, workdir, mesh=None):
                      intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
                      num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
                      max_position_embeddings=m.max_position_embeddings, tie_word_embeddings=m.tie_word_embeddings,
-                     rope_theta=10000.0, param_dtype=m.dtype, dtype=m.compute_dtype or m.dtype)
+                     rope_theta=10000.0, param_dtype=m.dtype, dtype=m.compute_dtype or m.dtype,
+                     remat=bool(m.get("remat")))
     if mesh is not None:
         from jaxrl_reason.parallel.rules import init_sharded
 
