@@ -2,9 +2,10 @@
 
     python experiments/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256]
 
-Trains (or resumes) two runs from the *same* SFT warm-up on the embedded default task:
-  grpo   experiments/configs/tiny_default.py   plain GRPO
-  rlv    experiments/configs/rlv.py            GRPO^V: the same RL plus the fused "Is this solution correct?" term
+Trains (or resumes) two runs from the *same* warm-up on the embedded default task (`configs/rlv.py`: SFT on
+worked solutions, then a self-labelled verification warm-up so that the model can answer the verify prompt at all):
+  grpo   configs/rlv.py with the verify term removed   plain GRPO
+  rlv    configs/rlv.py                                 GRPO^V: the same RL plus the fused "Is this solution correct?" term
 then samples N solutions per held-out question from each final policy once and scores every sample with a
 verifier: the GRPO^V policy scores its own samples (its trained verifier); the GRPO policy scores its samples
 with the same verification prompt without ever having been trained on it (the paper's LLM-as-a-judge baseline).
@@ -39,6 +40,14 @@ def load_config(path):
     return mod.get_config()
 
 
+def as_plain_grpo(cfg) -> None:
+    """The baseline arm: the same config with the verify term removed (plain GRPO, same estimator)."""
+    import ml_collections
+
+    cfg.method.name = "grpo"
+    cfg.method.extra = ml_collections.ConfigDict()
+
+
 def share_warmup(src: str, dst: str) -> None:
     """Starts run `dst` from run `src`'s tokenizer and SFT model, so the two runs differ only in their RL."""
     os.makedirs(dst, exist_ok=True)
@@ -48,7 +57,8 @@ def share_warmup(src: str, dst: str) -> None:
     results = os.path.join(dst, "results.json")
     if not os.path.exists(results):
         before = json.load(open(os.path.join(src, "results.json")))
-        json.dump({k: before[k] for k in ("before", "sft_seconds") if k in before}, open(results, "w"), indent=2)
+        json.dump({k: before[k] for k in ("before", "sft_seconds", "verify_warmup") if k in before}, open(results, "w"),
+                  indent=2)
 
 
 def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> dict:
@@ -78,7 +88,9 @@ def at(res: dict, strategy: str, k: int) -> float:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", default="runs/bench_rlv")
-    ap.add_argument("--grpo-config", default=os.path.join(HERE, "configs", "tiny_default.py"))
+    ap.add_argument("--grpo-config", default=os.path.join(HERE, "configs", "rlv.py"),
+                    help="the baseline arm's config; its method is forced to plain GRPO (default: the GRPO^V config, "
+                         "so both arms share one warm-up, including its verification warm-up)")
     ap.add_argument("--rlv-config", default=os.path.join(HERE, "configs", "rlv.py"))
     ap.add_argument("--n", type=int, default=16, help="samples per question (N of weighted@N, maj@N, BoN@N)")
     ap.add_argument("--questions", type=int, default=256, help="held-out questions to evaluate")
@@ -93,6 +105,8 @@ def main(argv=None):
     runs = {}
     for name, path in (("grpo", args.grpo_config), ("rlv", args.rlv_config)):
         cfg = load_config(path)
+        if name == "grpo":
+            as_plain_grpo(cfg)
         cfg.workdir = os.path.join(os.path.abspath(args.workdir), name)
         cfg.rl.progress = not args.no_progress
         if name == "rlv":

@@ -246,6 +246,31 @@ def plot_curves(history_path, out_png, before, after):
     plt.close(fig)
 
 
+def run_verify_warmup(cfg, model, tokenizer, train, reward_fn, prompt_fn, workdir) -> dict:
+    """The self-labelled verification warm-up (`train/verify_warmup.py`) on the SFT slice's first questions."""
+    from jaxrl_reason.parallel.mesh import is_main_process
+    from jaxrl_reason.train.metrics import MetricsWriter
+    from jaxrl_reason.train.verify_warmup import verify_warmup
+
+    s = cfg.sft
+    if s.verify_questions > s.examples:
+        raise ValueError(f"config sft.verify_questions={s.verify_questions} is more than sft.examples={s.examples}; "
+                         "the verification warm-up samples on warm-up questions only (RL's are kept unseen)")
+    writer = MetricsWriter(os.path.join(workdir, "logs_verify_warmup"), enabled=is_main_process())
+    t = time.time()
+    res = verify_warmup(model, tokenizer, train[:s.verify_questions], reward_fn, steps=s.verify_steps,
+                        batch_size=s.verify_batch_size, solve_batch_size=s.verify_solve_rows, lr=s.verify_lr,
+                        samples_per_question=s.verify_samples, max_new_tokens=cfg.rl.max_new_tokens,
+                        temperature=cfg.rl.temperature, seed=cfg.seed, progress=cfg.rl.progress, writer=writer,
+                        prompt_fn=prompt_fn)
+    writer.close()
+    res.pop("history")
+    res["seconds"] = time.time() - t
+    b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
+    print(f"verification warm-up: {res['rows']} self-labelled rows; held-out balanced accuracy {b:.1%} -> {a:.1%}")
+    return res
+
+
 def run(cfg) -> dict:
     mesh = build_mesh(cfg)  # first: joining other processes must precede any other use of JAX devices
     from jaxrl_reason.methods import make_method
@@ -288,6 +313,9 @@ def run(cfg) -> dict:
                       progress=cfg.rl.progress, prompt_fn=prompt_fn, mesh=mesh)
             writer.close()
             results["sft_seconds"] = time.time() - t
+            if cfg.sft.get("verify_steps", 0) > 0:
+                results["verify_warmup"] = run_verify_warmup(cfg, model, tokenizer, train, reward_fn, prompt_fn,
+                                                             workdir)
             save_hf(model, sft_dir)
     rl_train = train[cfg.sft.examples:] if cfg.sft.steps > 0 else train
 

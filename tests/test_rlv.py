@@ -113,3 +113,36 @@ def test_rlv_trains_inside_the_trainer(tokenizer, tmp_path):
         assert np.isfinite(m["loss/verify"]) and m["loss/verify"] > 0
         assert "verify/acc_positive" in m and "verify/acc_negative" in m
         assert m["verify/nll"] == pytest.approx(m["loss/verify"], rel=1e-5)
+
+
+def test_verify_warmup_teaches_the_verdict_on_self_labelled_samples(tokenizer):
+    from jaxrl_reason.rewards.base import RewardResult
+    from jaxrl_reason.train.verify_warmup import verify_warmup
+
+    # A label the verifier can read off the solution text: does it contain a digit? About 30% of a random
+    # policy's samples do, so the warm-up has two classes to balance.
+    def reward(texts, examples):
+        return RewardResult(np.array([any(c.isdigit() for c in t) for t in texts], np.float32), [{}] * len(texts))
+
+    model = tiny_model(tokenizer, seed=4)
+    ex = arithmetic_examples(96, seed=11, config=ARITH)
+    res = verify_warmup(model, tokenizer, ex, reward, steps=80, batch_size=32, solve_batch_size=4, lr=3e-3,
+                        samples_per_question=4, max_new_tokens=8, temperature=1.0, holdout_frac=0.25, seed=0,
+                        progress=False)
+    assert 0.05 < res["positive_frac_sampled"] < 0.95, res
+    before, after = res["before"], res["after"]
+    # A model never shown the verify format puts almost no mass on "Yes"; afterwards it answers the question...
+    assert before["p_yes_mean"] < 0.05 and after["p_yes_mean"] > 0.2, (before, after)
+    # ...and its verdicts on held-out questions' samples follow the label.
+    assert after["balanced_acc"] >= 0.8 and after["balanced_acc"] > before["balanced_acc"] + 0.2, (before, after)
+    assert len(res["history"]) == 80 and res["history"][-1]["verify_warmup/nll"] < res["history"][0]["verify_warmup/nll"]
+
+
+def test_verify_warmup_refuses_a_single_class(tokenizer):
+    from jaxrl_reason.rewards.base import RewardResult
+    from jaxrl_reason.train.verify_warmup import verify_warmup
+
+    always_right = lambda texts, ex: RewardResult(np.ones(len(texts), np.float32), [{}] * len(texts))  # noqa: E731
+    with pytest.raises(ValueError, match="too few of one class"):
+        verify_warmup(tiny_model(tokenizer), tokenizer, arithmetic_examples(8, seed=11, config=ARITH), always_right,
+                      steps=2, max_new_tokens=4, progress=False)
