@@ -246,6 +246,19 @@ def plot_curves(history_path, out_png, before, after):
     plt.close(fig)
 
 
+def check_verify_warmup(cfg) -> None:
+    """Fails before any training when the verification warm-up is asked for but cannot run."""
+    s = cfg.sft
+    if s.get("verify_steps", 0) <= 0:
+        return
+    if s.steps <= 0:
+        raise ValueError("config sft.verify_steps > 0 needs the SFT warm-up (sft.steps > 0): the verification "
+                         "warm-up runs right after it, on its questions")
+    if not 0 < s.verify_questions <= s.examples:
+        raise ValueError(f"config sft.verify_questions={s.verify_questions} must be in [1, sft.examples={s.examples}]; "
+                         "the verification warm-up samples on warm-up questions only (RL's are kept unseen)")
+
+
 def run_verify_warmup(cfg, model, tokenizer, train, reward_fn, prompt_fn, workdir) -> dict:
     """The self-labelled verification warm-up (`train/verify_warmup.py`) on the SFT slice's first questions."""
     from jaxrl_reason.parallel.mesh import is_main_process
@@ -253,9 +266,6 @@ def run_verify_warmup(cfg, model, tokenizer, train, reward_fn, prompt_fn, workdi
     from jaxrl_reason.train.verify_warmup import verify_warmup
 
     s = cfg.sft
-    if s.verify_questions > s.examples:
-        raise ValueError(f"config sft.verify_questions={s.verify_questions} is more than sft.examples={s.examples}; "
-                         "the verification warm-up samples on warm-up questions only (RL's are kept unseen)")
     writer = MetricsWriter(os.path.join(workdir, "logs_verify_warmup"), enabled=is_main_process())
     t = time.time()
     res = verify_warmup(model, tokenizer, train[:s.verify_questions], reward_fn, steps=s.verify_steps,
@@ -290,6 +300,7 @@ def run(cfg) -> dict:
     if mesh is not None:
         results["mesh"] = dict(mesh.shape)
 
+    check_verify_warmup(cfg)
     train, heldout, reward_fn, prompt_fn = build_data(cfg)
     tokenizer = build_tokenizer(cfg, train, workdir, prompt_fn)
     if is_main_process():

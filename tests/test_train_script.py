@@ -30,3 +30,15 @@ def test_heldout_larger_than_question_space_is_an_error():
     cfg.data.train_size, cfg.data.heldout_size = 100, 5000  # 1-digit, 3-operand sums: 1,000 distinct questions
     with pytest.raises(ValueError, match="heldout_size"):
         train_script.build_data(cfg)
+
+
+def test_verify_warmup_config_is_checked_before_training(tmp_path):
+    cfg = tiny_default.get_config()
+    cfg.workdir = str(tmp_path)
+    cfg.sft.verify_steps, cfg.sft.examples, cfg.sft.verify_questions = 10, 100, 500
+    with pytest.raises(ValueError, match="sft.verify_questions=500"):
+        train_script.run(cfg)
+    cfg.sft.steps = 0
+    with pytest.raises(ValueError, match="sft.steps > 0"):
+        train_script.run(cfg)
+    assert not os.listdir(tmp_path)  # refused before writing anything
