@@ -132,7 +132,7 @@ def main(argv=None):
     ]
     rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | weighted@%d | pass@%d | verifier bal. acc. | AUROC |"
             % (n, n, n, n), "|---|---|---|---|---|---|---|---|---|"]
-    for label, res, who in (("GRPO", g, "itself, untrained (LLM-as-a-judge)"), ("GRPO^V", v, "itself (trained)")):
+    for label, res, who in (("GRPO", g, "itself, warm-up only (LLM-as-a-judge)"), ("GRPO^V", v, "itself (warm-up + RL^V)")):
         q = res["verifier"]["self"]
         fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"
         rows.append(f"| {label} | {who} | {fmt(at(res, 'pass', 1))} | {fmt(at(res, 'majority', n))} | "

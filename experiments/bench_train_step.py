@@ -53,16 +53,16 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def make_model(vocab, seed=0):
+def make_model(vocab, seed=0, scan_layers=True):
     from jaxrl_reason.models.qwen2 import ModelConfig, init_model
 
     cfg = ModelConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                       num_key_value_heads=2, intermediate_size=1024, max_position_embeddings=2048,
-                      tie_word_embeddings=True, rope_theta=1e6)
+                      tie_word_embeddings=True, rope_theta=1e6, scan_layers=scan_layers)
     return init_model(cfg, seed)
 
 
-def bench_ours(vocab, steps):
+def bench_ours(vocab, steps, scan_layers=True):
     from jaxrl_reason.data.datasets import Example
     from jaxrl_reason.methods.grpo import GRPO
     from jaxrl_reason.rewards.math import math_reward
@@ -77,7 +77,7 @@ def bench_ours(vocab, steps):
                         checkpoint_every=0, progress=False)
     reward = lambda texts, ex: math_reward(texts, [e.answer for e in ex])
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(make_model(vocab), DigitTokenizer(vocab), GRPO("grpo"), examples, reward, cfg, tmp)
+        trainer = Trainer(make_model(vocab, scan_layers=scan_layers), DigitTokenizer(vocab), GRPO("grpo"), examples, reward, cfg, tmp)
         trainer.save = lambda: None  # checkpoint I/O is not part of a step
         hist = trainer.run()
         trainer.close()
@@ -140,8 +140,10 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer in this process")
+    ap.add_argument("--scan-layers", type=int, default=1, choices=(0, 1),
+                    help="1: the training forward scans over the stacked layers (the default); 0: unrolled")
     args = ap.parse_args()
-    ours = bench_ours(args.vocab, args.steps)
+    ours = bench_ours(args.vocab, args.steps, bool(args.scan_layers))
     print(f"GRPO step: {Q} prompts x {G} samples, {PROMPT_LEN}-token prompts, {NEW_TOKENS} completion tokens, "
           f"vocab {args.vocab}; median of steps 2..{args.steps}")
     print(f"{'impl':<22}{'s/step':>8}{'gen+rew s':>10}{'build s':>9}{'update s':>9}{'tok/s':>9}{'peak RSS MiB':>14}")

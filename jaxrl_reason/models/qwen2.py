@@ -159,6 +159,17 @@ def rms_norm(x, weight, eps: float, dtype):
     return weight.astype(dtype) * xf.astype(dtype)
 
 
+def dense(x: jax.Array, w: jax.Array, **dot_kw) -> jax.Array:
+    """x [..., d_in] @ w [d_in, d_out] as one 2-D matmul over the flattened leading axes.
+
+    Same math as `x @ w`, but its gradient is two plain 2-D matmuls: for a [batch, time, d_in] input JAX
+    transposes the 3-D dot into dot_generals that contract over (batch, time) at once, which XLA:CPU ran
+    2.3x slower (213 vs 91 ms for one [64, 80, 256] x [256, 1024] layer's backward, 2 cores)."""
+    lead = x.shape[:-1]
+    y = jax.lax.dot_general(x.reshape(-1, x.shape[-1]), w, (((1,), (0,)), ((), ())), **dot_kw)
+    return y.reshape(*lead, w.shape[-1])
+
+
 class Linear(nnx.Module):
     """y = x @ kernel (+ bias); kernel is [in, out] (HF stores the transpose)."""
 
@@ -168,7 +179,7 @@ class Linear(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, x):
-        y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        y = dense(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
