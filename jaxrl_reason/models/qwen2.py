@@ -255,9 +255,13 @@ class Attention(nnx.Module):
         values are written at slots index..index+T-1 and attention runs over all S slots; returns (out, (k, v))."""
         b, t, _ = x.shape
         nkv, g, d = self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim
-        q = self.q_proj(x).reshape(b, t, self.num_heads, d)
-        k = self.k_proj(x).reshape(b, t, nkv, d)
-        v = self.v_proj(x).reshape(b, t, nkv, d)
+        # One [H, (heads + 2 kv) * D] matmul instead of three: fewer, larger GEMMs forward and backward.
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        qkv = dense(x.astype(self.dtype), jnp.concatenate([p.kernel[...].astype(self.dtype) for p in projs], axis=1))
+        if self.q_proj.bias is not None:
+            qkv = qkv + jnp.concatenate([p.bias[...].astype(self.dtype) for p in projs])
+        q, k, v = jnp.split(qkv, [self.num_heads * d, (self.num_heads + nkv) * d], axis=-1)
+        q, k, v = q.reshape(b, t, self.num_heads, d), k.reshape(b, t, nkv, d), v.reshape(b, t, nkv, d)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
