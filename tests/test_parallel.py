@@ -128,7 +128,8 @@ def test_plan_memory_cli(capsys):
 @pytest.fixture(scope="module")
 def eight(tmp_path_factory):
     out = tmp_path_factory.mktemp("parallel") / "results.json"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8 "
+               "--xla_cpu_collective_call_terminate_timeout_seconds=600", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, os.path.join(HERE, "parallel_checks.py"), str(out)], env=env,
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
