@@ -156,6 +156,17 @@ def verdict_logprobs(model: Qwen2, tokenizer, questions: Sequence[str], solution
                                  state=state, max_length=max_length, progress=progress)
 
 
+def verifier_accuracy(model, tokenizer, questions, solutions, labels, *, params=None) -> dict:
+    """Accuracy of "P(Yes) > P(No)" on positives and negatives separately, and their mean (balanced)."""
+    labels = np.asarray(labels, bool)
+    lp = verdict_logprobs(model, tokenizer, list(questions), list(solutions), state=params)
+    says_yes = lp[:, 0] > lp[:, 1]
+    pos = float(says_yes[labels].mean()) if labels.any() else float("nan")
+    neg = float((~says_yes[~labels]).mean()) if (~labels).any() else float("nan")
+    return {"acc_positive": pos, "acc_negative": neg, "balanced_acc": 0.5 * (pos + neg),
+            "p_yes_mean": float(np.exp(lp[:, 0]).mean()), "rows": int(len(labels))}
+
+
 def scores_from_logprobs(logprobs: np.ndarray, *, normalize: bool = False) -> np.ndarray:
     """[N, 2] (log P(Yes), log P(No)) -> [N] scores: P(Yes), or P(Yes) / (P(Yes) + P(No)) when `normalize`."""
     lp = np.asarray(logprobs, np.float64)

@@ -10,12 +10,17 @@ with another `estimator`.
 Before training on them, the current policy scores the batch's verify prompts (one prefill, last position
 only), which gives the verifier's accuracy on positives and negatives separately, on samples it has not yet
 been trained on.
+
+[choice, not in the paper] The paper starts from an instruct/math LLM that can already answer the verify
+question. A policy warmed up only on worked solutions cannot (P("Yes") ~ 3e-5), and the cold verify term then
+swamps the RL gradient under clipping; `train/verify_warmup.py` (config `sft.verify_steps`) first teaches the
+verdict on the policy's own reward-labelled samples. Compare RL^V and its baseline from the same warmed-up model.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from jaxrl_reason.inference.verifier import verdict_logprobs, verify_rows
+from jaxrl_reason.inference.verifier import verifier_accuracy, verify_rows
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches
@@ -70,12 +75,8 @@ class RLV(GRPO):
         solutions = [rollouts.texts[i] for i in idx]
         rows = verify_rows(ctx.tokenizer, questions, solutions, labels[idx])
         if self.measure_verifier and ctx.model is not None:
-            lp = verdict_logprobs(ctx.model, ctx.tokenizer, questions, solutions, state=ctx.params)
-            says_yes = lp[:, 0] > lp[:, 1]
-            pos, neg = labels[idx], ~labels[idx]
-            metrics["verify/acc_positive"] = float(says_yes[pos].mean())
-            metrics["verify/acc_negative"] = float((~says_yes[neg]).mean())
-            metrics["verify/balanced_acc"] = 0.5 * (metrics["verify/acc_positive"] + metrics["verify/acc_negative"])
+            acc = verifier_accuracy(ctx.model, ctx.tokenizer, questions, solutions, labels[idx], params=ctx.params)
+            metrics.update({f"verify/{k}": acc[k] for k in ("acc_positive", "acc_negative", "balanced_acc")})
         verify = build_token_batch(rows.prompts, [[int(t)] for t in rows.targets], [0.0] * len(idx), None, "verify",
                                    pad_id=ctx.pad_id)
         return concat_batches([solve, verify]), metrics

@@ -359,6 +359,16 @@ def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: C
     return build_token_batch(prompts, targets, [0.0] * len(examples), None, "solve", pad_id=tokenizer.pad_id)
 
 
+def checked_update(update, params, opt_state, batch, *, where: str):
+    """One supervised update; raises NonFiniteLossError naming `where` and the terms when it was refused (the
+    jitted update keeps the old params then)."""
+    out = update(params, opt_state, batch)
+    bad = [k for k, v in out.finite.items() if not bool(v)]
+    if bad:
+        raise NonFiniteLossError(f"{where}: non-finite value in {', '.join(bad)}; lower the lr")
+    return out
+
+
 def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: float, seed: int = 0,
               warmup_steps: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
               writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
@@ -384,10 +394,7 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
         batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn), row_multiple)
         if mesh is not None:
             batch = prules.shard_batch(batch, mesh)
-        out = update(params, opt_state, batch)
-        bad = [k for k, v in out.finite.items() if not bool(v)]
-        if bad:
-            raise NonFiniteLossError(f"SFT step {step}: non-finite value in {', '.join(bad)}; lower the lr")
+        out = checked_update(update, params, opt_state, batch, where=f"SFT step {step}")
         params, opt_state = out.params, out.opt_state
         m = {"sft/nll": float(out.metrics["solve/nll"]), "sft/grad_norm": float(out.metrics["grad_norm"])}
         if writer is not None:

@@ -28,14 +28,14 @@ from flax import nnx
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
-from jaxrl_reason.inference.verifier import verdict_logprobs, verify_rows
+from jaxrl_reason.inference.verifier import verifier_accuracy, verify_rows
 from jaxrl_reason.methods.rlv import balanced_indices
 from jaxrl_reason.rl.batch import build_token_batch, concat_batches, pad_rows_to
 from jaxrl_reason.rl.losses import sft_spec
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.metrics import MetricsWriter, progress_bar
 from jaxrl_reason.train.state import make_optimizer
-from jaxrl_reason.train.trainer import NonFiniteLossError, render_solve_prompts, score_rows, sft_rows
+from jaxrl_reason.train.trainer import checked_update, render_solve_prompts, score_rows, sft_rows
 from jaxrl_reason.train.update import make_update
 
 
@@ -63,17 +63,6 @@ def sample_labelled_solutions(model, tokenizer, examples: Sequence, reward_fn: C
         solutions += list(texts)
         labels += list(scores > 0.5)
     return questions, solutions, np.asarray(labels, bool)
-
-
-def verifier_accuracy(model, tokenizer, questions, solutions, labels, *, params=None) -> dict:
-    """Accuracy of "P(Yes) > P(No)" on positives and negatives separately, and their mean (balanced)."""
-    labels = np.asarray(labels, bool)
-    lp = verdict_logprobs(model, tokenizer, list(questions), list(solutions), state=params)
-    says_yes = lp[:, 0] > lp[:, 1]
-    pos = float(says_yes[labels].mean()) if labels.any() else float("nan")
-    neg = float((~says_yes[~labels]).mean()) if (~labels).any() else float("nan")
-    return {"acc_positive": pos, "acc_negative": neg, "balanced_acc": 0.5 * (pos + neg),
-            "p_yes_mean": float(np.exp(lp[:, 0]).mean()), "rows": int(len(labels))}
 
 
 def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, steps: int, batch_size: int = 32,
@@ -127,10 +116,8 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
                                   [0.0] * len(pick_rows), None, "verify", pad_id=tokenizer.pad_id)
         if solve_batch_size > 0:
             batch = concat_batches([sft_rows(tokenizer, next(solve_data), prompt_fn=prompt_fn), batch])
-        out = update(params, opt_state, pad_rows_to(batch, 1, bucket=True))
-        bad = [k for k, v in out.finite.items() if not bool(v)]
-        if bad:
-            raise NonFiniteLossError(f"verify warm-up step {step}: non-finite value in {', '.join(bad)}; lower lr")
+        out = checked_update(update, params, opt_state, pad_rows_to(batch, 1, bucket=True),
+                             where=f"verify warm-up step {step}")
         params, opt_state = out.params, out.opt_state
         m = {"verify_warmup/nll": float(out.metrics["verify/nll"])}
         if solve_batch_size > 0:
