@@ -8,8 +8,8 @@ exactly 64 completion tokens (no stop token), temperature 1, beta = 0, one updat
 The reward is the math verifier on the decoded completions (a random model scores 0; compute is unchanged).
 Reported: completion tokens per second of the whole step, the split between sampling+reward / batch
 building / update, and the peak RSS. Steps 2..N are timed (step 1 includes compilation).
-With `--trl` and `trl` importable, TRL's GRPOTrainer runs the same workload in this process and the ratio
-is printed; otherwise the TRL figure recorded in ../shared/peers is shown for orientation only.
+With `--trl` (after `pip install -e ".[bench]"`), TRL's GRPOTrainer runs the same workload in a fresh child
+process of this run (after ours, on the same idle cores) and the ratio is printed; otherwise the TRL figure recorded in ../shared/peers is shown for orientation only.
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+
+reexec_with_huge_pages()  # before jax is imported: XLA:CPU buffers on huge pages (see cpu_malloc)
 
 PROMPT_LEN, NEW_TOKENS, Q, G = 16, 64, 8, 8
 TRL_RECORDED = dict(step_s=3.36, gen_s=1.38, update_s=1.93, tok_s=1218.2)  # ../shared/peers/trl/results
@@ -50,6 +53,14 @@ class DigitTokenizer:
 
 
 def peak_rss_mib():
+    # VmHWM, not ru_maxrss: a forked-and-exec'd child (the TRL run) inherits its parent's ru_maxrss.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -88,61 +99,85 @@ def bench_ours(vocab, steps, scan_layers=True):
                 tok_s=Q * G * NEW_TOKENS / med("time/step"), peak_rss_mib=peak_rss_mib())
 
 
-def bench_trl(vocab, steps):
-    """TRL's GRPOTrainer on the same random model (saved as an HF directory), same settings."""
+def prepare_trl_inputs(vocab, tmp):
+    """The random model (saved as an HF directory) and a small tokenizer for TRL, written by this process."""
+    from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
+    from jaxrl_reason.models.hf_port import save_pretrained
+
+    save_pretrained(make_model(vocab), os.path.join(tmp, "m"))
+    texts = [f"What is {a}+{b}? {a + b}" for a, b in trl_questions()]
+    train_tiny_tokenizer(texts * 20, os.path.join(tmp, "tok"), vocab_size=min(vocab, 512))
+
+
+def trl_questions():
+    return [tuple(map(int, ab)) for ab in np.random.default_rng(0).integers(0, 100, (64, 2))]
+
+
+def bench_trl(tmp, steps):
+    """TRL's GRPOTrainer on the same random model and settings. Runs in a fresh child process
+    (`--trl-child`): in this process JAX's runtime threads would slow torch down and understate TRL."""
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--trl-child", tmp, "--steps", str(steps)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"TRL child failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def trl_child(tmp, steps):
+    import json
+
     import torch
     import transformers
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from jaxrl_reason.models.hf_port import save_pretrained
     from jaxrl_reason.rewards.math import math_reward
 
+    transformers.logging.set_verbosity_error()
     torch.set_num_threads(os.cpu_count() or 1)
-    with tempfile.TemporaryDirectory() as tmp:
-        save_pretrained(make_model(vocab), os.path.join(tmp, "m"))
-        model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(tmp, "m"))
-        tok = DigitTokenizer(vocab)
-        rng = np.random.default_rng(0)
-        rows = [{"prompt": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in rng.integers(0, 100, (64, 2))]
+    model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(tmp, "m"))
+    hf_tok = transformers.AutoTokenizer.from_pretrained(os.path.join(tmp, "tok"))
+    rows = [{"prompt": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in trl_questions()]
 
-        def reward(prompts, completions, answer, **kw):
-            return list(map(float, math_reward(completions, answer).scores))
+    def reward(prompts, completions, answer, **kw):
+        return list(map(float, math_reward(completions, answer).scores))
 
-        times = []
+    times = []
 
-        class Timer(transformers.TrainerCallback):
-            def on_step_begin(self, *a, **k):
-                self.t = time.perf_counter()
+    class Timer(transformers.TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t = time.perf_counter()
 
-            def on_step_end(self, *a, **k):
-                times.append(time.perf_counter() - self.t)
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.t)
 
-        args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=Q * G, gradient_accumulation_steps=1,
-                          num_generations=G, max_completion_length=NEW_TOKENS, max_steps=steps, beta=0.0,
-                          learning_rate=1e-6, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
-                          generation_kwargs={"min_new_tokens": NEW_TOKENS}, gradient_checkpointing=False,
-                          save_strategy="no")
-        del tok
-        from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
-
-        hf_tok = train_tiny_tokenizer([r["prompt"] + " " + r["answer"] for r in rows] * 20,
-                                      os.path.join(tmp, "tok"), vocab_size=min(vocab, 512)).hf
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
-                              processing_class=hf_tok, callbacks=[Timer()])
-        trainer.train()
+    args = GRPOConfig(output_dir=os.path.join(tmp, "trl_out"), per_device_train_batch_size=Q * G,
+                      gradient_accumulation_steps=1, num_generations=G, max_completion_length=NEW_TOKENS,
+                      max_steps=steps, beta=0.0, learning_rate=1e-6, use_cpu=True, bf16=False, report_to=[],
+                      logging_steps=1, generation_kwargs={"min_new_tokens": NEW_TOKENS},
+                      gradient_checkpointing=False, save_strategy="no", disable_tqdm=True, log_level="error")
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
+                          processing_class=hf_tok, callbacks=[Timer()])
+    trainer.train()
     step = statistics.median(times[1:] or times)
-    return dict(step_s=step, tok_s=Q * G * NEW_TOKENS / step)
+    print(json.dumps(dict(step_s=step, tok_s=Q * G * NEW_TOKENS / step, peak_rss_mib=peak_rss_mib())))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer in this process")
+    ap.add_argument("--trl", action="store_true",
+                    help="also run TRL's GRPOTrainer (needs `pip install -e .[bench]`), in a child process")
+    ap.add_argument("--trl-child", metavar="DIR", help=argparse.SUPPRESS)
     ap.add_argument("--scan-layers", type=int, default=1, choices=(0, 1),
                     help="1: the training forward scans over the stacked layers (the default); 0: unrolled")
     args = ap.parse_args()
+    if args.trl_child:
+        return trl_child(args.trl_child, args.steps)
     ours = bench_ours(args.vocab, args.steps, bool(args.scan_layers))
     print(f"GRPO step: {Q} prompts x {G} samples, {PROMPT_LEN}-token prompts, {NEW_TOKENS} completion tokens, "
           f"vocab {args.vocab}; median of steps 2..{args.steps}")
@@ -153,11 +188,14 @@ def main():
     trl = None
     if args.trl:
         try:
-            trl = bench_trl(args.vocab, args.steps)
+            with tempfile.TemporaryDirectory() as tmp:
+                prepare_trl_inputs(args.vocab, tmp)
+                trl = bench_trl(tmp, args.steps)
         except Exception as e:  # noqa: BLE001 - the baseline is optional; say why it did not run
             print(f"TRL baseline did not run: {type(e).__name__}: {e}")
     if trl:
-        print(f"{'trl.GRPOTrainer':<22}{trl['step_s']:8.2f}{'':>10}{'':>9}{'':>9}{trl['tok_s']:9.0f}")
+        print(f"{'trl.GRPOTrainer 1.16':<22}{trl['step_s']:8.2f}{'':>10}{'':>9}{'':>9}{trl['tok_s']:9.0f}"
+              f"{trl['peak_rss_mib']:14.0f}")
         print(f"ratio (ours / TRL, same run): {ours['tok_s'] / trl['tok_s']:.2f}x")
     else:
         r = TRL_RECORDED
