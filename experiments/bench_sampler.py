@@ -2,6 +2,7 @@
 
     python experiments/bench_sampler.py                       # both vocabularies, batch 16 and 64
     python experiments/bench_sampler.py --vocab small --batch 64 --no-hf
+    python experiments/bench_sampler.py --vocab small --floor  # + this machine's floor for the workload
 
 Model (fixed, as in the peers' scripts): hidden 256, 4 layers, 4 heads / 2 KV heads, FFN 1024, tied
 embeddings, random weights saved by `transformers` and ported. Prompt 64 tokens, 128 new tokens,
@@ -86,6 +87,57 @@ def bench_ours(path, batch, prompt_len, new_tokens, repeats):
                 decode_ms_per_step=(med - prefill_s) / new_tokens * 1e3)
 
 
+def bench_floor(cfg, batch, prompt_len, new_tokens, repeats):
+    """A lower bound on any sampler's time for this workload on this machine, measured with XLA: the workload's
+    dense matmuls alone (prefill over every prompt token, then `new_tokens` single-token steps: q/k/v, o,
+    gate/up, down per layer and the LM head; no attention, norms, sampling or loop bookkeeping), plus reading
+    the KV cache's valid slots once per step at the bandwidth a fused sum over a cache-sized array reaches."""
+    import jax
+    import jax.numpy as jnp
+
+    h, i, v, n_layers = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    d, nq, nkv = cfg.dim_per_head, cfg.num_attention_heads, cfg.num_key_value_heads
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 4 * n_layers + 1))
+    layers = [(jax.random.normal(next(keys), (h, (nq + 2 * nkv) * d)) * 0.02,
+               jax.random.normal(next(keys), (nq * d, h)) * 0.02,
+               jax.random.normal(next(keys), (h, 2 * i)) * 0.02,
+               jax.random.normal(next(keys), (i, h)) * 0.02) for _ in range(n_layers)]
+    head = jax.random.normal(next(keys), (h, v)) * 0.02
+
+    def body(x):
+        for qkv, o, gate_up, down in layers:
+            x = x + jnp.dot(jnp.dot(x, qkv)[:, :nq * d], o)
+            gu = jnp.dot(x, gate_up)
+            x = x + jnp.dot(gu[:, :i] * gu[:, i:], down)
+        return x
+
+    @jax.jit
+    def prefill_mm(x):  # [batch * prompt_len, H]
+        y = body(x)
+        return jnp.dot(y.reshape(batch, prompt_len, h)[:, -1], head)
+
+    @jax.jit
+    def decode_mm(x):  # [batch, H], new_tokens dependent steps
+        def step(_, x):
+            y = body(x)
+            return y + 1e-3 * jnp.dot(y, head)[:, :h]
+        return jax.lax.fori_loop(0, new_tokens, step, x)
+
+    slots = prompt_len + new_tokens
+    cache = jnp.ones((n_layers * 2, batch, nkv, slots, d), jnp.float32)
+    read = jax.jit(lambda c: jnp.sum(c, axis=(0, 1, 2, 3)))
+    xp, xd = jnp.ones((batch * prompt_len, h)) * 1e-3, jnp.ones((batch, h)) * 1e-3
+    for f, a in ((prefill_mm, xp), (decode_mm, xd), (read, cache)):
+        jax.block_until_ready(f(a))
+    t_prefill = time_runs(lambda: jax.block_until_ready(prefill_mm(xp)), repeats)
+    t_decode = time_runs(lambda: jax.block_until_ready(decode_mm(xd)), repeats)
+    t_read = time_runs(lambda: jax.block_until_ready(read(cache)), max(repeats, 10))
+    gb_s = cache.nbytes / t_read / 1e9
+    valid_bytes = sum(n_layers * 2 * batch * nkv * (prompt_len + s) * d * 4 for s in range(new_tokens))
+    return dict(prefill_mm_s=t_prefill, decode_mm_s=t_decode, kv_read_s=valid_bytes / 1e9 / gb_s, mem_gb_s=gb_s,
+                floor_s=t_prefill + t_decode + valid_bytes / 1e9 / gb_s)
+
+
 def bench_hf(model, batch, prompt_len, new_tokens, repeats):
     import torch
 
@@ -112,6 +164,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    ap.add_argument("--floor", action="store_true",
+                    help="also measure the machine's floor for the workload (its matmuls alone + one read of the "
+                         "valid KV slots per step) and the largest ratio over transformers that floor allows")
     args = ap.parse_args()
 
     import torch
@@ -133,6 +188,13 @@ def main():
                     hf = bench_hf(hf_model, b, args.prompt_len, args.new_tokens, args.repeats)
                     row.update(hf_s=hf["median_s"], hf_tok_s=new / hf["median_s"])
                     row["ratio"] = row["ours_tok_s"] / row["hf_tok_s"]
+                if args.floor:
+                    from jaxrl_reason.models.hf_port import load_pretrained
+
+                    fl = bench_floor(load_pretrained(path).config, b, args.prompt_len, args.new_tokens,
+                                     args.repeats)
+                    row.update({f"floor_{k}": x for k, x in fl.items()})
+                    row["floor_tok_s"] = new / fl["floor_s"]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print()
@@ -144,6 +206,15 @@ def main():
         hf = f"{r['hf_tok_s']:9.0f} {r['ratio']:7.2f}x" if "hf_tok_s" in r else f"{'-':>9} {'-':>8}"
         print(f"{r['vocab']:>7} {r['batch']:>5} {r['ours_tok_s']:11.0f} {r['ours_compile_s']:9.1f} "
               f"{r['ours_prefill_s']:9.3f} {r['ours_decode_ms_per_step']:14.1f} {hf}")
+    if args.floor:
+        print("\nfloor: the workload's matmuls alone (XLA, this machine) + one read of the valid KV slots per step")
+        print(f"{'vocab':>7} {'batch':>5} {'prefill mm s':>12} {'decode mm s':>11} {'KV read s':>9} {'GB/s':>5} "
+              f"{'floor tok/s':>11} {'ours/floor':>10} {'floor/HF':>8}")
+        for r in rows:
+            cap = f"{r['floor_tok_s'] / r['hf_tok_s']:7.2f}x" if "hf_tok_s" in r else f"{'-':>8}"
+            print(f"{r['vocab']:>7} {r['batch']:>5} {r['floor_prefill_mm_s']:12.3f} {r['floor_decode_mm_s']:11.3f} "
+                  f"{r['floor_kv_read_s']:9.3f} {r['floor_mem_gb_s']:5.1f} {r['floor_tok_s']:11.0f} "
+                  f"{r['ours_tok_s'] / r['floor_tok_s']:9.2f}  {cap}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
