@@ -26,7 +26,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
-reexec_with_huge_pages()  # before jax is imported: XLA:CPU buffers on huge pages (see cpu_malloc)
+if __name__ == "__main__":  # run as a script, not imported (tests import some of these)
+    reexec_with_huge_pages()  # before jax is imported: XLA:CPU buffers on huge pages (see cpu_malloc)
 
 PROMPT_LEN, NEW_TOKENS, Q, G = 16, 64, 8, 8
 TRL_RECORDED = dict(step_s=3.36, gen_s=1.38, update_s=1.93, tok_s=1218.2)  # ../shared/peers/trl/results

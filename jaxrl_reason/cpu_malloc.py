@@ -56,7 +56,8 @@ def huge_pages_env(environ: Mapping[str, str], *, glibc: Optional[tuple], thp: O
 
 
 def reexec_with_huge_pages() -> None:
-    """Call first thing in an entry-point script (`python experiments/x.py ...`). Replaces the process with
+    """Call first thing in an entry-point script, under `if __name__ == "__main__"` (an import must not restart
+    the importer, e.g. pytest). Replaces the process with
     the same command line plus the tunable, or returns at once. Not for libraries or notebooks: it only acts
     when the process was started as a script file."""
     if sys.platform != "linux" or not sys.argv or not os.path.isfile(sys.argv[0]):

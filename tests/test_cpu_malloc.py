@@ -46,3 +46,17 @@ def test_a_script_restarts_once_with_the_tunable_and_its_arguments(tmp_path):
     out = subprocess.run([sys.executable, "-O", str(script), "--flag", "a b"], env=env, capture_output=True,
                          text=True, check=True).stdout.splitlines()
     assert out == ["start", "start", f"{TUNABLE} ['--flag', 'a b'] 1"]  # ran twice, then stopped; -O kept
+
+
+def test_importing_an_entry_point_does_not_restart_the_importer(tmp_path):
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""
+        import importlib.util, os, sys
+        print("start", flush=True)
+        spec = importlib.util.spec_from_file_location("bench", {os.path.join(REPO, "experiments", "bench_sampler.py")!r})
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        print("imported", os.environ.get("GLIBC_TUNABLES"))
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", OPT_OUT)}
+    out = subprocess.run([sys.executable, str(driver)], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["start", "imported None"]
