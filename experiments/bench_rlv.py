@@ -32,8 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
-if __name__ == "__main__":  # run as a script, not imported (tests import some of these)
-    reexec_with_huge_pages()  # before jax is imported: XLA:CPU buffers on huge pages (see cpu_malloc)
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

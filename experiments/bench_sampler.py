@@ -25,8 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
-if __name__ == "__main__":  # run as a script, not imported (tests import some of these)
-    reexec_with_huge_pages()  # before jax is imported: XLA:CPU buffers on huge pages (see cpu_malloc)
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
 ARCH = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=1024, max_position_embeddings=2048, tie_word_embeddings=True, rms_norm_eps=1e-6)

@@ -9,7 +9,8 @@ The reward is the math verifier on the decoded completions (a random model score
 Reported: completion tokens per second of the whole step, the split between sampling+reward / batch
 building / update, and the peak RSS. Steps 2..N are timed (step 1 includes compilation).
 With `--trl` (after `pip install -e ".[bench]"`), TRL's GRPOTrainer runs the same workload in a fresh child
-process of this run (after ours, on the same idle cores) and the ratio is printed; otherwise the TRL figure recorded in ../shared/peers is shown for orientation only.
+process of this run (after ours, on the same idle cores) and the ratio is printed; otherwise the TRL figure
+recorded in ../shared/peers is shown for orientation only.
 """
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
-if __name__ == "__main__":  # run as a script, not imported (tests import some of these)
-    reexec_with_huge_pages()  # before jax is imported: XLA:CPU buffers on huge pages (see cpu_malloc)
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
 PROMPT_LEN, NEW_TOKENS, Q, G = 16, 64, 8, 8
 TRL_RECORDED = dict(step_s=3.36, gen_s=1.38, update_s=1.93, tok_s=1218.2)  # ../shared/peers/trl/results
@@ -89,7 +89,8 @@ def bench_ours(vocab, steps, scan_layers=True):
                         checkpoint_every=0, progress=False)
     reward = lambda texts, ex: math_reward(texts, [e.answer for e in ex])
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(make_model(vocab, scan_layers=scan_layers), DigitTokenizer(vocab), GRPO("grpo"), examples, reward, cfg, tmp)
+        trainer = Trainer(make_model(vocab, scan_layers=scan_layers), DigitTokenizer(vocab), GRPO("grpo"), examples,
+                          reward, cfg, tmp)
         trainer.save = lambda: None  # checkpoint I/O is not part of a step
         hist = trainer.run()
         trainer.close()

@@ -32,8 +32,7 @@ from typing import Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
-if __name__ == "__main__":  # run as a script, not imported (tests import some of these)
-    reexec_with_huge_pages()  # before jax is imported: XLA:CPU buffers on huge pages (see cpu_malloc)
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate  # noqa: E402
 

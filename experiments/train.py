@@ -21,8 +21,7 @@ from ml_collections import config_flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
-if __name__ == "__main__":  # run as a script, not imported (tests import some of these)
-    reexec_with_huge_pages()  # before jax is imported: XLA:CPU buffers on huge pages (see cpu_malloc)
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "tiny_default.py"),

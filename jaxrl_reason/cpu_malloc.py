@@ -56,10 +56,11 @@ def huge_pages_env(environ: Mapping[str, str], *, glibc: Optional[tuple], thp: O
 
 
 def reexec_with_huge_pages() -> None:
-    """Call first thing in an entry-point script, under `if __name__ == "__main__"` (an import must not restart
-    the importer, e.g. pytest). Replaces the process with
-    the same command line plus the tunable, or returns at once. Not for libraries or notebooks: it only acts
-    when the process was started as a script file."""
+    """Call first thing in an entry-point script. Replaces the process with the same command line plus the
+    tunable, or returns at once. It acts only when called from the `__main__` module of a process started as a
+    script file: importing that script (a test importing `experiments/train.py`) must not restart the importer."""
+    if sys._getframe(1).f_globals.get("__name__") != "__main__":
+        return
     if sys.platform != "linux" or not sys.argv or not os.path.isfile(sys.argv[0]):
         return
     env = huge_pages_env(os.environ, glibc=_glibc_version(), thp=_thp_mode())
