@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from jaxrl_reason.models.qwen2 import ModelConfig, init_model  # noqa: E402
 from jaxrl_reason.parallel import memory, rules  # noqa: E402
-from jaxrl_reason.parallel.mesh import make_mesh  # noqa: E402
-from jaxrl_reason.rl.batch import build_token_batch  # noqa: E402
+from jaxrl_reason.parallel.mesh import batch_shards, make_mesh  # noqa: E402
+from jaxrl_reason.rl.batch import build_token_batch, scored_size  # noqa: E402
 from jaxrl_reason.rl.losses import pg_spec  # noqa: E402
 from jaxrl_reason.train.state import TrainState, make_optimizer  # noqa: E402
 from jaxrl_reason.train.update import make_update  # noqa: E402
@@ -55,10 +55,10 @@ def max_diff(a, b):
                for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-def run_steps(update, params, opt_state, batches):
+def run_steps(update, params, opt_state, batches, scored=None):
     losses = []
-    for b in batches:
-        out = update(params, opt_state, b)
+    for i, b in enumerate(batches):
+        out = update(params, opt_state, b) if scored is None else update(params, opt_state, b, scored=scored[i])
         params, opt_state = out.params, out.opt_state
         losses.append({k: float(v) for k, v in out.metrics.items()})
     return params, opt_state, losses
@@ -95,11 +95,13 @@ def fresh_state(mesh, cfg=CFG):
     return p, rules.init_opt_state(optimizer(), p, mesh)
 
 
-def sharded_run(shape, batches):
+def sharded_run(shape, batches, head_at_trained_only=False):
+    """head_at_trained_only: the LM head only at trained positions, gathered per batch shard."""
     mesh, update, bs, _ = sharded_update(shape, batches[0])
     p, o = fresh_state(mesh)
+    scored = [scored_size(b, 1, batch_shards(mesh)) for b in batches] if head_at_trained_only else None
     placed = [rules.shard_tree(b, bs) for b in batches]
-    p, o, losses = run_steps(update, p, o, placed)
+    p, o, losses = run_steps(update, p, o, placed, scored)
     return mesh, p, o, losses
 
 
@@ -128,6 +130,9 @@ def group_update(res):
             "param_max_diff": max_diff(host(p), host(ref_p)),
             "param_moved": max_diff(host(p), host(nnx.split(init_model(CFG, seed=0))[1])),
             "params": layout_report(p, mesh), "opt_state": layout_report(o, mesh)}
+        _, p, _, losses = sharded_run(shape, batches, head_at_trained_only=True)
+        res["update"][name]["trained_only"] = {"losses": [l["loss/pg"] for l in losses],
+                                               "param_max_diff": max_diff(host(p), host(ref_p))}
 
 
 # Parameters large next to the activations, as in real models: what fsdp saves must show in the peak.

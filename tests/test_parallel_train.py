@@ -28,8 +28,9 @@ SHARDS_222 = {"embed_tokens/weight": [300 // 2, 32 // 2], "layers/mlp/up_proj/ke
 @pytest.fixture(scope="module")
 def eight(tmp_path_factory):
     out = tmp_path_factory.mktemp("parallel_train") / "results.json"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8 "
-               "--xla_cpu_collective_call_terminate_timeout_seconds=600", JAX_PLATFORMS="cpu")
+    from processes import cpu_devices_env
+
+    env = cpu_devices_env(8)
     proc = subprocess.run([sys.executable, os.path.join(HERE, "parallel_train_checks.py"), str(out)], env=env,
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]

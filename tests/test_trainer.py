@@ -12,8 +12,8 @@ from flax import nnx
 from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.rewards.math import math_reward
-from jaxrl_reason.rl.batch import build_token_batch
-from jaxrl_reason.rl.losses import pg_spec
+from jaxrl_reason.rl.batch import SCORED_BUCKETS, build_token_batch, concat_batches, scored_size
+from jaxrl_reason.rl.losses import pg_spec, sft_spec
 from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import NonFiniteLossError, Trainer, TrainerConfig
 from jaxrl_reason.train.update import make_update, model_logprobs
@@ -38,7 +38,7 @@ def small_batch(advantages):
 
 
 def seq_logprob(graphdef, params, batch):
-    lp, _ = model_logprobs(graphdef, params, batch)
+    lp, _, _ = model_logprobs(graphdef, params, batch)
     return np.asarray((lp * batch.loss_mask).sum(-1))
 
 
@@ -235,3 +235,75 @@ def test_each_generation_in_a_step_gets_its_own_key(tokenizer, tmp_path):
     # Same prompts, same policy, temperature 1: only a shared key would make the two calls draw the same tokens.
     assert first.shape == second.shape and (first != second).any()
     tr.close()
+
+
+def mixed_solve_verify_batch():
+    """Solve rows training on their completion and verify rows training on one token, as an RL^V step has."""
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, 40, rng.integers(3, 12)).tolist() for _ in range(8)]
+    completions = [rng.integers(5, 40, rng.integers(1, 7)).tolist() for _ in range(4)] + [[7]] * 4
+    old = [(-3.0 + 0.1 * rng.normal(size=len(c))).tolist() for c in completions]
+    solve = build_token_batch(prompts[:4], completions[:4], [1.0, -0.5, 0.25, 2.0], old[:4], "solve", length=24)
+    verify = build_token_batch(prompts[4:], completions[4:], [0.0] * 4, None, "verify", length=24)
+    return concat_batches([solve, verify])
+
+
+@pytest.mark.parametrize("micro_batches,row_groups", [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_head_at_trained_positions_only_is_the_same_update(tokenizer, micro_batches, row_groups):
+    import optax
+
+    model = tiny_model(tokenizer)
+    graphdef, params = nnx.split(model)
+    batch = mixed_solve_verify_batch()
+    scored = scored_size(batch, micro_batches, row_groups)
+    per_group = batch.batch_size // (micro_batches * row_groups) * batch.length
+    assert scored is not None and scored < per_group  # the head really runs on fewer positions
+    terms = (pg_spec(("solve",), aggregation="seq_mean_token_mean"), sft_spec(("verify",), weight=0.5))
+    opt = optax.sgd(1.0)
+    update = make_update(graphdef, opt, terms, micro_batches=micro_batches, row_groups=row_groups)
+    full = update(jax.tree.map(jnp.copy, params), opt.init(params), batch)
+    part = update(jax.tree.map(jnp.copy, params), opt.init(params), batch, scored=scored)
+    assert all(bool(v) for v in part.finite.values())
+    for k in ("loss/pg", "loss/sft", "solve/entropy", "verify/nll", "grad_norm"):
+        if k in full.metrics:
+            np.testing.assert_allclose(float(part.metrics[k]), float(full.metrics[k]), rtol=1e-5, err_msg=k)
+    moved = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                for a, b in zip(jax.tree.leaves(full.params), jax.tree.leaves(params)))
+    assert moved > 1e-3
+    for a, b in zip(jax.tree.leaves(part.params), jax.tree.leaves(full.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    # log-probs agree at every trained position, and are 0 where no loss reads them
+    lp_full, _, _ = model_logprobs(graphdef, params, batch)
+    lp_part, _, fits = model_logprobs(graphdef, params, batch, scored=scored_size(batch), row_groups=1)
+    mask = batch.loss_mask != 0
+    assert bool(fits)
+    np.testing.assert_allclose(np.asarray(lp_part)[mask], np.asarray(lp_full)[mask], atol=1e-6)
+    assert np.all(np.asarray(lp_part)[~mask] == 0)
+
+
+def test_undersized_scored_is_refused_not_applied(tokenizer):
+    import optax
+
+    model = tiny_model(tokenizer)
+    graphdef, params = nnx.split(model)
+    batch = mixed_solve_verify_batch()
+    opt = optax.sgd(1.0)
+    update = make_update(graphdef, opt, (pg_spec(("solve",)), sft_spec(("verify",))))
+    out = update(jax.tree.map(jnp.copy, params), opt.init(params), batch, scored=2)
+    assert not bool(out.finite["scored_positions"])
+    for a, b in zip(jax.tree.leaves(out.params), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_scored_size_counts_the_fullest_group():
+    batch = mixed_solve_verify_batch()
+    trained = (batch.loss_mask != 0).sum(axis=1)
+    assert scored_size(batch) == next(b for b in SCORED_BUCKETS if b >= trained.sum())
+    # groups of 4 rows: the solve half holds every multi-token completion
+    assert scored_size(batch, 1, 2) == next(b for b in SCORED_BUCKETS if b >= trained[:4].sum())
+    assert scored_size(batch, 2, 2) == next(b for b in SCORED_BUCKETS if b >= max(trained[:2].sum(),
+                                                                                  trained[2:4].sum()))
+    dense = batch._replace(loss_mask=np.ones_like(batch.loss_mask))
+    assert scored_size(dense) is None  # every position trained: the plain head
+    with pytest.raises(ValueError, match="micro_batches x row_groups"):
+        scored_size(batch, 3)

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxrl_reason.parallel.mesh import BATCH_AXES, axis_size
+from jaxrl_reason.parallel.mesh import BATCH_AXES, axis_size, batch_shards
 
 Rules = Sequence[tuple[str, tuple]]
 
@@ -298,14 +298,21 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
     """
     from jaxrl_reason.train.update import UpdateOutput, make_update
 
+    update_kw.setdefault("row_groups", batch_shards(mesh))
     inner = make_update(graphdef, optimizer, terms, **update_kw)
     ps = tree_shardings(params, mesh, rules)
     os_ = tree_shardings(opt_state, mesh, rules)
     # A single sharding is a pytree prefix for the whole batch: every field split by rows, whatever its rank.
     bs = NamedSharding(mesh, P(BATCH)) if batch_example is None else batch_sharding(batch_example, mesh)
     rep = NamedSharding(mesh, P())
-    update = jax.jit(lambda p, o, b: inner(p, o, b), in_shardings=(ps, os_, bs),
-                     out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1))
+    # `scored` is static and positional: jit takes no keyword arguments once in_shardings is given.
+    jitted = jax.jit(lambda p, o, b, scored: inner(p, o, b, scored=scored), in_shardings=(ps, os_, bs),
+                     out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1), static_argnums=(3,))
+
+    def update(params, opt_state, batch, scored=None):
+        return jitted(params, opt_state, batch, scored)
+
+    update.lower = lambda params, opt_state, batch, scored=None: jitted.lower(params, opt_state, batch, scored)
     return update, ps, os_, bs
 
 

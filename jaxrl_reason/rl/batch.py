@@ -336,6 +336,32 @@ def pad_rows_to(batch: TokenBatch, multiple: int, *, bucket: bool = False) -> To
     return TokenBatch(**out)
 
 
+# Positions the LM head is evaluated at per row group: small sizes too, since a block of verify rows trains on one
+# token each.
+SCORED_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 24) + DEFAULT_BUCKETS
+
+
+def scored_size(batch: TokenBatch, micro_batches: int = 1, row_groups: int = 1,
+                buckets: Sequence[int] = SCORED_BUCKETS) -> Optional[int]:
+    """The `scored` argument of `train.update.make_update`'s update for this (host-side) batch: the trained
+    positions of the fullest group of rows, rounded up to a bucket so few shapes compile; None (head at every
+    position) when that would not be fewer positions than the group holds.
+
+    Groups are the `micro_batches x row_groups` contiguous row blocks the update splits the rows into."""
+    mask = np.asarray(batch.loss_mask) != 0
+    b, t = mask.shape
+    blocks = micro_batches * row_groups
+    if blocks < 1 or b % blocks:
+        raise ValueError(f"scored_size: {b} rows do not split into micro_batches x row_groups = {blocks} blocks; "
+                         f"call pad_rows_to(batch, {blocks}) first")
+    most = int(mask.reshape(blocks, -1).sum(axis=1).max())
+    per_group = b // blocks * t
+    if most >= per_group:
+        return None
+    size = next((int(L) for L in sorted(buckets) if L >= max(most, 1)), per_group)
+    return size if size < per_group else None
+
+
 def split_micro_batches(batch: TokenBatch, n: int) -> list[TokenBatch]:
     """Splits rows into `n` equal micro-batches, in order. Rows never straddle micro-batches."""
     b = batch.batch_size

@@ -170,6 +170,56 @@ def token_logprobs_from_hidden(
     return _chunked_over_time(block, (hidden, targets), chunk_size)
 
 
+def selected_token_logprobs_from_hidden(
+    hidden: jax.Array,
+    unembedding: jax.Array,
+    targets: jax.Array,
+    selected: jax.Array,
+    *,
+    size: int,
+    groups: int = 1,
+    chunk_size: Optional[int] = None,
+    with_entropy: bool = False,
+):
+    """`token_logprobs_from_hidden` at the `selected` positions only; 0 elsewhere.
+
+    The vocabulary projection is the largest matmul of a small model's step, and most rows train on only part of
+    their positions (a verify row on one "Yes"/"No" token after a long prompt; a solve row on its completion), so
+    the head runs on the gathered hidden states of the selected positions and its result is scattered back.
+
+    hidden: [batch, time, d_model]; targets, selected (bool): [batch, time]. Rows are split into `groups`
+    contiguous groups (one per batch shard on a mesh, so the gather never crosses devices), and `size` is the
+    static number of positions gathered per group: it must be >= the number selected in every group. Returns
+    (log-probs [batch, time], entropy or None, fits): `fits` is False when some group selected more than `size`
+    positions -- the values past `size` are then missing, and callers must refuse the result.
+    """
+    chex.assert_rank(hidden, 3)
+    chex.assert_shape([targets, selected], hidden.shape[:2])
+    B, T, D = hidden.shape
+    if groups < 1 or B % groups:
+        raise ValueError(f"{B} rows do not split into groups={groups}; pad rows to a multiple of {groups}")
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    n = B // groups * T
+    h, t, sel = hidden.reshape(groups, n, D), targets.reshape(groups, n), selected.reshape(groups, n)
+    # Slots past a group's count hold index n: clipped (harmlessly) when gathering, dropped when scattering back.
+    idx = jax.vmap(lambda m: jnp.nonzero(m, size=size, fill_value=n)[0])(sel)  # [groups, size]
+    fits = jnp.all(jnp.sum(sel, axis=1) <= size)
+    read = jnp.minimum(idx, n - 1)
+    hs = jnp.take_along_axis(h, read[..., None], axis=1)  # [groups, size, D]
+    ts = jnp.take_along_axis(t, read, axis=1)
+    out = token_logprobs_from_hidden(hs, unembedding, ts, chunk_size=chunk_size, with_entropy=with_entropy)
+    rows = jnp.arange(groups)[:, None]
+
+    def scatter(v):
+        return jnp.zeros((groups, n), v.dtype).at[rows, idx].set(v, mode="drop").reshape(B, T)
+
+    if with_entropy:
+        lp, ent = out
+        return scatter(lp), scatter(ent), fits
+    return scatter(out), None, fits
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Aggregation: per-token weights (micro-batch local) and denominators (global counts)
 

@@ -30,7 +30,7 @@ from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
-from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to
+from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size
 from jaxrl_reason.rl.losses import needs_reference, sft_spec
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
@@ -64,6 +64,7 @@ class TrainerConfig:
     dynamic_sampling: bool = False  # DAPO: drop zero-signal groups and refill from new prompts
     dynamic_sampling_max_rounds: int = 4  # extra sampling rounds per step before training on what there is
     logprob_chunk: Optional[int] = None  # time chunk for log-probs from hidden states (memory for big vocabs)
+    head_at_trained_only: bool = True  # update: LM head only at trained positions (same loss, less compute)
     seed: int = 0
     log_every: int = 1
     checkpoint_every: int = 50  # 0 = only at the end
@@ -165,7 +166,8 @@ class Trainer:
                 lambda p, b: reference_logprobs(self.graphdef, p, b, chunk_size=config.logprob_chunk),
                 out_shardings=rows)
         # Rows per update: whole micro-batches, each split evenly over the mesh's batch shards.
-        self._row_multiple = config.micro_batches * (1 if mesh is None else pmesh.batch_shards(mesh))
+        self._row_groups = 1 if mesh is None else pmesh.batch_shards(mesh)
+        self._row_multiple = config.micro_batches * self._row_groups
         self.data = DataIterator(list(train_examples), config.prompts_per_step, seed=config.seed)
         self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
         self.writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=pmesh.is_main_process())
@@ -253,6 +255,7 @@ class Trainer:
                       self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params)
         batch, method_metrics = self.method.build(ro, ctx)
         batch = pad_rows_to(batch, self._row_multiple, bucket=True)
+        scored = (scored_size(batch, c.micro_batches, self._row_groups) if c.head_at_trained_only else None)
         if self.mesh is not None:
             batch = prules.shard_batch(batch, self.mesh)
         if self.ref_params is not None:
@@ -261,7 +264,7 @@ class Trainer:
         params, opt_state = self.state.params, self.state.opt_state
         step = int(self.state.step) + 1
         for it in range(c.num_iterations):
-            out = self.update(params, opt_state, batch)
+            out = self.update(params, opt_state, batch, scored=scored)
             bad = [k for k, v in out.finite.items() if not bool(v)]
             if bad:
                 # The update was not applied (the jitted step keeps the old params); nothing is checkpointed.
@@ -359,10 +362,10 @@ def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: C
     return build_token_batch(prompts, targets, [0.0] * len(examples), None, "solve", pad_id=tokenizer.pad_id)
 
 
-def checked_update(update, params, opt_state, batch, *, where: str):
+def checked_update(update, params, opt_state, batch, *, where: str, scored: Optional[int] = None):
     """One supervised update; raises NonFiniteLossError naming `where` and the terms when it was refused (the
     jitted update keeps the old params then)."""
-    out = update(params, opt_state, batch)
+    out = update(params, opt_state, batch, scored=scored)
     bad = [k for k, v in out.finite.items() if not bool(v)]
     if bad:
         raise NonFiniteLossError(f"{where}: non-finite value in {', '.join(bad)}; lower the lr")
@@ -392,9 +395,10 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     bar = progress_bar(steps, "sft", disable=not progress or not pmesh.is_main_process())
     for step in range(1, steps + 1):
         batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn), row_multiple)
+        scored = scored_size(batch, micro_batches, row_multiple // micro_batches)
         if mesh is not None:
             batch = prules.shard_batch(batch, mesh)
-        out = checked_update(update, params, opt_state, batch, where=f"SFT step {step}")
+        out = checked_update(update, params, opt_state, batch, where=f"SFT step {step}", scored=scored)
         params, opt_state = out.params, out.opt_state
         m = {"sft/nll": float(out.metrics["solve/nll"]), "sft/grad_norm": float(out.metrics["grad_norm"])}
         if writer is not None:

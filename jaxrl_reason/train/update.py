@@ -12,7 +12,8 @@ from flax import nnx
 
 from jaxrl_reason.rl.batch import TokenBatch, stack_micro_batches
 from jaxrl_reason.rl.losses import (TermSpec, align_to_targets, batch_counts, counts_metrics, finite_flags,
-                                    next_token_targets, objective, safe_divide, token_logprobs_from_hidden,
+                                    next_token_targets, objective, safe_divide, selected_token_logprobs_from_hidden,
+                                    token_logprobs_from_hidden,
                                     tree_is_finite)
 
 
@@ -23,22 +24,37 @@ class UpdateOutput(NamedTuple):
     finite: dict  # {term: bool}, plus "grads"; the update was applied only if all are True
 
 
-def model_logprobs(graphdef, params, batch: TokenBatch, *, chunk_size: Optional[int] = None):
+def model_logprobs(graphdef, params, batch: TokenBatch, *, chunk_size: Optional[int] = None,
+                   scored: Optional[int] = None, row_groups: int = 1):
     """Per-token log-probs and entropy in TokenBatch layout, from final hidden states, never materialising more
-    than a `chunk_size` slice of the [B, T, V] logits."""
+    than a `chunk_size` slice of the [B, T, V] logits. Returns (log-probs, entropy, fits).
+
+    scored: None runs the LM head at every position; an int runs it only at the positions whose target is trained
+    (loss_mask != 0), at most `scored` of them per group of `row_groups` contiguous row blocks (see
+    `rl.batch.scored_size`); the other positions read 0, which no loss term looks at. `fits` is False when a group
+    had more trained positions than `scored`."""
     model = nnx.merge(graphdef, params)
     h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
     if model.lm_head is None:
         w = model.embed_tokens.weight[...].astype(h.dtype).T
     else:
         w = model.lm_head.kernel[...].astype(h.dtype)
-    lp, ent = token_logprobs_from_hidden(h, w, next_token_targets(batch.tokens), chunk_size=chunk_size,
-                                         with_entropy=True)
-    return align_to_targets(lp), align_to_targets(ent)
+    targets = next_token_targets(batch.tokens)
+    if scored is None:
+        lp, ent = token_logprobs_from_hidden(h, w, targets, chunk_size=chunk_size, with_entropy=True)
+        fits = jnp.array(True)
+    else:
+        # the predictor of target t sits at t - 1
+        predicts_trained = next_token_targets((batch.loss_mask != 0).astype(jnp.int32)) != 0
+        lp, ent, fits = selected_token_logprobs_from_hidden(h, w, targets, predicts_trained, size=scored,
+                                                            groups=row_groups, chunk_size=chunk_size,
+                                                            with_entropy=True)
+    return align_to_targets(lp), align_to_targets(ent), fits
 
 
-def _loss_fn(params, graphdef, mb: TokenBatch, counts, terms, chunk_size):
-    lp, ent = model_logprobs(graphdef, params, mb, chunk_size=chunk_size)
+def _loss_fn(params, graphdef, mb: TokenBatch, counts, terms, chunk_size, scored, row_groups):
+    lp, ent, fits = model_logprobs(graphdef, params, mb, chunk_size=chunk_size, scored=scored,
+                                   row_groups=row_groups)
     loss, metrics = objective(lp, mb, terms, counts=counts, entropy=ent)
     # Sampler/trainer mismatch: |log pi_train - log pi_sampler| on sampled tokens (rows with old log-probs).
     sampled = mb.loss_mask * (mb.old_logprobs != 0)
@@ -46,26 +62,34 @@ def _loss_fn(params, graphdef, mb: TokenBatch, counts, terms, chunk_size):
     metrics["logprob_gap/sum"] = gap.sum()
     metrics["logprob_gap/max"] = gap.max()
     metrics["logprob_gap/tokens"] = sampled.sum()
+    metrics["scored/overflow"] = jnp.logical_not(fits).astype(jnp.float32)
     return loss, metrics
 
 
 def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[TermSpec, ...], *,
-                micro_batches: int = 1, logprob_chunk: Optional[int] = None) -> Callable:
-    """Returns jitted `update(params, opt_state, batch) -> UpdateOutput`. `batch` rows must divide into
-    `micro_batches` (see `rl.batch.pad_rows_to`). params and opt_state are donated."""
+                micro_batches: int = 1, logprob_chunk: Optional[int] = None, row_groups: int = 1) -> Callable:
+    """Returns jitted `update(params, opt_state, batch, scored=None) -> UpdateOutput`. `batch` rows must divide
+    into `micro_batches` (see `rl.batch.pad_rows_to`). params and opt_state are donated.
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def update(params, opt_state, batch: TokenBatch) -> UpdateOutput:
+    scored (static): None computes the LM head at every position; `rl.batch.scored_size(batch, micro_batches,
+    row_groups)` computes it only where a loss reads it (same result, less work when rows train on a fraction of
+    their tokens). An undersized `scored` is refused like a non-finite loss (flag "scored_positions").
+    row_groups: contiguous row blocks per micro-batch that gather their scored positions separately; on a mesh
+    the number of batch shards, so no gather crosses devices."""
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1), static_argnames=("scored",))
+    def update(params, opt_state, batch: TokenBatch, scored: Optional[int] = None) -> UpdateOutput:
         counts = batch_counts(batch)
         stacked = stack_micro_batches(batch, micro_batches)
         grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
         first = jax.tree.map(lambda x: x[0], stacked)
-        _, metric_shapes = jax.eval_shape(lambda: _loss_fn(params, graphdef, first, counts, terms, logprob_chunk))
+        _, metric_shapes = jax.eval_shape(lambda: _loss_fn(params, graphdef, first, counts, terms, logprob_chunk,
+                                                                    scored, row_groups))
         zeros = (jax.tree.map(jnp.zeros_like, params),
                  jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
 
         def body(acc, mb):
-            (_, m), g = grad_fn(params, graphdef, mb, counts, terms, logprob_chunk)
+            (_, m), g = grad_fn(params, graphdef, mb, counts, terms, logprob_chunk, scored, row_groups)
             m = dict(m)
             gmax = m.pop("logprob_gap/max")
             acc_g, acc_m = acc
@@ -79,8 +103,10 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         metrics = dict(metrics)
         gap_tokens = metrics.pop("logprob_gap/tokens")
         metrics["logprob_gap/mean"] = safe_divide(metrics.pop("logprob_gap/sum"), gap_tokens)
+        overflow = metrics.pop("scored/overflow")
         flags = finite_flags(metrics)
         flags["grads"] = tree_is_finite(grads)
+        flags["scored_positions"] = overflow == 0
         ok = jnp.all(jnp.stack(list(flags.values())))
         updates, new_opt = optimizer.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
@@ -96,5 +122,5 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
 @functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size"))
 def reference_logprobs(graphdef, params, batch: TokenBatch, chunk_size: Optional[int] = None):
     """log-probs of the batch's tokens under frozen `params` (TokenBatch layout), for the KL term."""
-    lp, _ = model_logprobs(graphdef, params, batch, chunk_size=chunk_size)
+    lp, _, _ = model_logprobs(graphdef, params, batch, chunk_size=chunk_size)
     return lp

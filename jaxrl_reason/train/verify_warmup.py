@@ -30,7 +30,7 @@ from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.inference.verifier import verifier_accuracy, verify_rows
 from jaxrl_reason.methods.rlv import balanced_indices
-from jaxrl_reason.rl.batch import build_token_batch, concat_batches, pad_rows_to
+from jaxrl_reason.rl.batch import build_token_batch, concat_batches, pad_rows_to, scored_size
 from jaxrl_reason.rl.losses import sft_spec
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.metrics import MetricsWriter, progress_bar
@@ -116,8 +116,9 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
                                   [0.0] * len(pick_rows), None, "verify", pad_id=tokenizer.pad_id)
         if solve_batch_size > 0:
             batch = concat_batches([sft_rows(tokenizer, next(solve_data), prompt_fn=prompt_fn), batch])
-        out = checked_update(update, params, opt_state, pad_rows_to(batch, 1, bucket=True),
-                             where=f"verify warm-up step {step}")
+        batch = pad_rows_to(batch, 1, bucket=True)
+        out = checked_update(update, params, opt_state, batch, where=f"verify warm-up step {step}",
+                             scored=scored_size(batch))
         params, opt_state = out.params, out.opt_state
         m = {"verify_warmup/nll": float(out.metrics["verify/nll"])}
         if solve_batch_size > 0:
