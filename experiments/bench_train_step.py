@@ -74,7 +74,7 @@ def make_model(vocab, seed=0, scan_layers=True):
     return init_model(cfg, seed)
 
 
-def bench_ours(vocab, steps, scan_layers=True):
+def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True):
     from jaxrl_reason.data.datasets import Example
     from jaxrl_reason.methods.grpo import GRPO
     from jaxrl_reason.rewards.math import math_reward
@@ -86,7 +86,7 @@ def bench_ours(vocab, steps, scan_layers=True):
         a, b = rng.integers(0, 100, 2)
         examples.append(Example(f"What is {a}+{b}? Put the answer in \\boxed{{}}.", str(a + b), str(i)))
     cfg = TrainerConfig(steps=steps, prompts_per_step=Q, samples_per_prompt=G, max_new_tokens=NEW_TOKENS, lr=1e-6,
-                        checkpoint_every=0, progress=False)
+                        checkpoint_every=0, progress=False, head_at_trained_only=head_at_trained_only)
     reward = lambda texts, ex: math_reward(texts, [e.answer for e in ex])
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(make_model(vocab, scan_layers=scan_layers), DigitTokenizer(vocab), GRPO("grpo"), examples,
@@ -99,6 +99,41 @@ def bench_ours(vocab, steps, scan_layers=True):
     return dict(step_s=med("time/step"), gen_s=med("time/sample_and_reward"), build_s=med("time/build"),
                 update_s=med("time/update"), first_step_s=hist[0]["time/step"],
                 tok_s=Q * G * NEW_TOKENS / med("time/step"), peak_rss_mib=peak_rss_mib())
+
+
+def update_floor(cfg, repeats=3):
+    """A lower bound on any trainer's update for this workload on this machine, measured with XLA: the gradient
+    (w.r.t. every weight and the input) of the step's dense matmuls alone -- q/k/v, o, gate/up, down per layer over
+    all Q x G x (prompt + completion) rows, and the LM head over the completion rows; no attention, norms,
+    softmax or optimizer."""
+    import jax
+    import jax.numpy as jnp
+
+    from bench_sampler import time_runs
+
+    h, i, v, n_layers = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    d, nq, nkv = cfg.dim_per_head, cfg.num_attention_heads, cfg.num_key_value_heads
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 4 * n_layers + 2))
+    weights = ([(jax.random.normal(next(keys), (h, (nq + 2 * nkv) * d)) * 0.02,
+                 jax.random.normal(next(keys), (nq * d, h)) * 0.02,
+                 jax.random.normal(next(keys), (h, 2 * i)) * 0.02,
+                 jax.random.normal(next(keys), (i, h)) * 0.02) for _ in range(n_layers)],
+               jax.random.normal(next(keys), (h, v)) * 0.02)
+    rows, t = Q * G, PROMPT_LEN + NEW_TOKENS
+    x = jax.random.normal(next(keys), (rows * t, h))
+
+    def loss(w, x):
+        layers, head = w
+        for qkv, o, gate_up, down in layers:
+            x = x + jnp.dot(jnp.dot(x, qkv)[:, :nq * d], o)
+            gu = jnp.dot(x, gate_up)
+            x = x + jnp.dot(gu[:, :i] * gu[:, i:], down)
+        completion = x.reshape(rows, t, h)[:, PROMPT_LEN:].reshape(rows * NEW_TOKENS, h)
+        return jnp.sum(jnp.dot(completion, head))
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    jax.block_until_ready(grad(weights, x))
+    return time_runs(lambda: jax.block_until_ready(grad(weights, x)), repeats)
 
 
 def prepare_trl_inputs(vocab, tmp):
@@ -177,10 +212,15 @@ def main():
     ap.add_argument("--trl-child", metavar="DIR", help=argparse.SUPPRESS)
     ap.add_argument("--scan-layers", type=int, default=1, choices=(0, 1),
                     help="1: the training forward scans over the stacked layers (the default); 0: unrolled")
+    ap.add_argument("--floor", action="store_true",
+                    help="also measure this machine's floor for the step (its matmuls alone: the sampler's as in "
+                         "bench_sampler.py --floor, the update's gradient) and the largest ratio over TRL it allows")
+    ap.add_argument("--head-at-trained-only", type=int, default=1, choices=(0, 1),
+                    help="1: the update's LM head runs only at trained positions (the default); 0: at every one")
     args = ap.parse_args()
     if args.trl_child:
         return trl_child(args.trl_child, args.steps)
-    ours = bench_ours(args.vocab, args.steps, bool(args.scan_layers))
+    ours = bench_ours(args.vocab, args.steps, bool(args.scan_layers), bool(args.head_at_trained_only))
     print(f"GRPO step: {Q} prompts x {G} samples, {PROMPT_LEN}-token prompts, {NEW_TOKENS} completion tokens, "
           f"vocab {args.vocab}; median of steps 2..{args.steps}")
     print(f"{'impl':<22}{'s/step':>8}{'gen+rew s':>10}{'build s':>9}{'update s':>9}{'tok/s':>9}{'peak RSS MiB':>14}")
@@ -204,6 +244,17 @@ def main():
         print(f"{'TRL 1.16 (recorded)':<22}{r['step_s']:8.2f}{r['gen_s']:10.2f}{'':>9}{r['update_s']:9.2f}"
               f"{r['tok_s']:9.0f}   <- ../shared/peers/trl/results, another run: orientation only")
         print(f"ratio vs recorded TRL: {ours['tok_s'] / r['tok_s']:.2f}x (not measured in the same run)")
+    if args.floor:
+        from bench_sampler import bench_floor
+
+        cfg = make_model(args.vocab).config
+        fs = bench_floor(cfg, Q * G, PROMPT_LEN, NEW_TOKENS, 3)
+        fu = update_floor(cfg)
+        floor = fs["floor_s"] + fu
+        print(f"floor (matmuls alone, XLA, this machine): sampling {fs['floor_s']:.2f} s (prefill {fs['prefill_mm_s']:.2f}"
+              f", decode {fs['decode_mm_s']:.2f}, KV reads {fs['kv_read_s']:.2f}) + update {fu:.2f} s = {floor:.2f} s "
+              f"per step; ours / floor {ours['step_s'] / floor:.2f}x"
+              + (f"; the largest ratio over TRL this floor allows: {trl['step_s'] / floor:.2f}x" if trl else ""))
 
 
 if __name__ == "__main__":
