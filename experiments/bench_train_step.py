@@ -251,8 +251,9 @@ def main():
         fs = bench_floor(cfg, Q * G, PROMPT_LEN, NEW_TOKENS, 3)
         fu = update_floor(cfg)
         floor = fs["floor_s"] + fu
-        print(f"floor (matmuls alone, XLA, this machine): sampling {fs['floor_s']:.2f} s (prefill {fs['prefill_mm_s']:.2f}"
-              f", decode {fs['decode_mm_s']:.2f}, KV reads {fs['kv_read_s']:.2f}) + update {fu:.2f} s = {floor:.2f} s "
+        print(f"floor (matmuls alone, XLA, this machine): sampling {fs['floor_s']:.2f} s "
+              f"(prefill {fs['prefill_mm_s']:.2f}, decode {fs['decode_mm_s']:.2f}, KV reads {fs['kv_read_s']:.2f}) "
+              f"+ update {fu:.2f} s = {floor:.2f} s "
               f"per step; ours / floor {ours['step_s'] / floor:.2f}x"
               + (f"; the largest ratio over TRL this floor allows: {trl['step_s'] / floor:.2f}x" if trl else ""))
 

@@ -157,6 +157,19 @@ def test_exact_matches_skip_the_pool(grader):
     assert grader.stats().get("items", 0) == before
 
 
+def test_integer_pairs_are_compared_without_the_pool(grader):
+    before = grader.stats().get("items", 0)
+    result = math_reward(["\\boxed{41}", "\\boxed{-7}", "\\boxed{007}", "\\boxed{ 12 }", "\\boxed{-0}"],
+                         ["42", "-7", "7", "$12$", "0"], grader=grader)
+    np.testing.assert_array_equal(result.scores, [0.0, 1.0, 1.0, 1.0, 1.0])
+    assert grader.stats().get("items", 0) == before
+    # anything that is not a plain integer on both sides still goes to the math-verify worker
+    result = math_reward(["\\boxed{12.0}", "\\boxed{\\frac{24}{2}}", "\\boxed{13}"], ["12", "12", "\\frac{26}{2}"],
+                         grader=grader)
+    np.testing.assert_array_equal(result.scores, [1.0, 1.0, 1.0])
+    assert grader.stats()["items"] == before + 3
+
+
 def test_pathological_power_times_out_and_pool_recovers(grader):
     grader.start()
     completions = ["\\boxed{9^{9^{9^{9}}}}", "\\boxed{\\frac{1}{2}}"]

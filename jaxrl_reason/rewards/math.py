@@ -151,6 +151,7 @@ _SPACING_RE = re.compile(r"\\\\|\\[,;:! ]|\\left(?![A-Za-z])|\\right(?![A-Za-z])
 _FRAC_RE = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _WS_RE = re.compile(r"\s+")
 _WS_NEXT_TO_SYMBOL_RE = re.compile(r" (?=[^A-Za-z0-9])|(?<=[^A-Za-z0-9]) ")
+_INTEGER_RE = re.compile(r"-?[0-9]{1,300}\Z")
 
 
 def canonical_form(answer: str) -> str:
@@ -456,8 +457,8 @@ class MathGrader:
         self.close()
 
     def stats(self) -> dict[str, int]:
-        """Counters since creation: items, timeouts, hard_kills, crashes, errors, exact_matches, cache_hits,
-        workers_started, workers_recycled."""
+        """Counters since creation: items, timeouts, hard_kills, crashes, errors, exact_matches, integer_compares,
+        cache_hits, workers_started, workers_recycled."""
         return dict(self._stats)
 
     @property
@@ -579,7 +580,8 @@ class MathGrader:
         """Math-verify comparison of `(gold, pred)` pairs of bare-LaTeX answers.
 
         Returns per pair `(outcome, (equal, gold_parsed, pred_parsed) or None when not ok)`. Equal canonical
-        forms skip the pool; duplicate pairs within a call are graded once; successes are cached across calls.
+        forms and pairs of plain integers skip the pool; duplicate pairs within a call are graded once; successes
+        are cached across calls.
         """
         with self._lock:  # the cache is shared state too
             return self._compare_locked(pairs, timeout_s)
@@ -593,6 +595,11 @@ class MathGrader:
             if key[0] and key[0] == key[1]:
                 out[i] = (TaskOutcome("ok", None, "exact"), (True, True, True))
                 self._stats["exact_matches"] += 1
+            elif _INTEGER_RE.match(key[0]) and _INTEGER_RE.match(key[1]):
+                # Two integers are equal exactly when their values are: no parser needed, and most wrong answers
+                # on integer-answer tasks end here instead of costing a worker round trip each.
+                out[i] = (TaskOutcome("ok", None, "integers"), (int(key[0]) == int(key[1]), True, True))
+                self._stats["integer_compares"] += 1
             elif key in self._cache:
                 self._cache.move_to_end(key)
                 out[i] = (TaskOutcome("ok", None, "cached"), self._cache[key])
