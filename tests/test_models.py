@@ -185,7 +185,7 @@ def test_param_count_matches_tree():
         assert n == cfg.num_params()
 
 
-def test_remat_gives_the_same_gradients_with_less_saved_memory():
+def test_remat_and_matmul_residuals_give_the_same_gradients_with_less_saved_memory():
     import dataclasses
 
     import jax
@@ -207,10 +207,17 @@ def test_remat_gives_the_same_gradients_with_less_saved_memory():
         temp = fn.lower(params).compile().memory_analysis().temp_size_in_bytes
         return fn(params), temp
 
-    g_plain, temp_plain = grads_and_temp(cfg)
+    g_plain, temp_plain = grads_and_temp(dataclasses.replace(cfg, scan_residuals="all"))
+    g_mm, temp_mm = grads_and_temp(cfg)  # the default: keep matmul outputs, recompute the rest
     g_remat, temp_remat = grads_and_temp(dataclasses.replace(cfg, remat=True))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), g_plain, g_remat)
-    # The MLP intermediates (8x the hidden size) are no longer saved per layer.
+    same = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # noqa: E731
+    jax.tree.map(same, g_plain, g_remat)
+    jax.tree.map(same, g_plain, g_mm)
+    # The MLP intermediates (8x the hidden size) are no longer saved per layer; keeping only the matmul outputs
+    # drops the activation and product of the MLP (and the attention intermediates) but keeps gate and up.
     assert temp_remat < 0.75 * temp_plain, (temp_remat, temp_plain)
+    assert temp_remat < temp_mm < temp_plain, (temp_remat, temp_mm, temp_plain)
     with pytest.raises(ValueError, match="scan_layers=True"):
         ModelConfig(remat=True, scan_layers=False)
+    with pytest.raises(ValueError, match="scan_residuals"):
+        ModelConfig(scan_residuals="some")

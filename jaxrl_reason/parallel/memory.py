@@ -133,9 +133,10 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     t = batch.train_length
     # A micro-batch whose rows do not divide over the shards is padded to the next whole row per shard.
     rows = -(-(batch.train_rows // batch.micro_batches) // shards)
-    # Saved for the backward pass, per token and layer (scanned layers, no rematerialisation): the residual
-    # stream and both norm outputs; q/k/v before and after RoPE and the attention output (split by heads over
-    # tp); float32 scores and the probabilities over t keys; the MLP's gate, up, activation and product.
+    # Saved for the backward pass, per token and layer (scanned layers with scan_residuals='all'; the default
+    # 'matmuls' saves less, so this is an upper bound): the residual stream and both norm outputs; q/k/v before
+    # and after RoPE and the attention output (split by heads over tp); float32 scores and the probabilities over
+    # t keys; the MLP's gate, up, activation and product.
     per_token_layer = (act_b * (4 * h + (3 * nq + 3 * nkv) * d // tp + 4 * i // tp)
                        + (4 + act_b) * (nq // tp) * t)
     chunk = min(batch.logprob_chunk or t, t)
