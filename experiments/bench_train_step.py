@@ -65,16 +65,17 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def make_model(vocab, seed=0, scan_layers=True):
+def make_model(vocab, seed=0, scan_layers=True, scan_residuals="matmuls"):
     from jaxrl_reason.models.qwen2 import ModelConfig, init_model
 
     cfg = ModelConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                       num_key_value_heads=2, intermediate_size=1024, max_position_embeddings=2048,
-                      tie_word_embeddings=True, rope_theta=1e6, scan_layers=scan_layers)
+                      tie_word_embeddings=True, rope_theta=1e6, scan_layers=scan_layers,
+                      scan_residuals=scan_residuals)
     return init_model(cfg, seed)
 
 
-def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True):
+def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True, scan_residuals="matmuls"):
     from jaxrl_reason.data.datasets import Example
     from jaxrl_reason.methods.grpo import GRPO
     from jaxrl_reason.rewards.math import math_reward
@@ -89,7 +90,8 @@ def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True):
                         checkpoint_every=0, progress=False, head_at_trained_only=head_at_trained_only)
     reward = lambda texts, ex: math_reward(texts, [e.answer for e in ex])
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(make_model(vocab, scan_layers=scan_layers), DigitTokenizer(vocab), GRPO("grpo"), examples,
+        model = make_model(vocab, scan_layers=scan_layers, scan_residuals=scan_residuals)
+        trainer = Trainer(model, DigitTokenizer(vocab), GRPO("grpo"), examples,
                           reward, cfg, tmp)
         trainer.save = lambda: None  # checkpoint I/O is not part of a step
         hist = trainer.run()
@@ -217,10 +219,13 @@ def main():
                          "bench_sampler.py --floor, the update's gradient) and the largest ratio over TRL it allows")
     ap.add_argument("--head-at-trained-only", type=int, default=1, choices=(0, 1),
                     help="1: the update's LM head runs only at trained positions (the default); 0: at every one")
+    ap.add_argument("--scan-residuals", default="matmuls", choices=("matmuls", "all"),
+                    help="what the scanned layers keep for the backward (ModelConfig.scan_residuals)")
     args = ap.parse_args()
     if args.trl_child:
         return trl_child(args.trl_child, args.steps)
-    ours = bench_ours(args.vocab, args.steps, bool(args.scan_layers), bool(args.head_at_trained_only))
+    ours = bench_ours(args.vocab, args.steps, bool(args.scan_layers), bool(args.head_at_trained_only),
+                      args.scan_residuals)
     print(f"GRPO step: {Q} prompts x {G} samples, {PROMPT_LEN}-token prompts, {NEW_TOKENS} completion tokens, "
           f"vocab {args.vocab}; median of steps 2..{args.steps}")
     print(f"{'impl':<22}{'s/step':>8}{'gen+rew s':>10}{'build s':>9}{'update s':>9}{'tok/s':>9}{'peak RSS MiB':>14}")
