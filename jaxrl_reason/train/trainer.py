@@ -269,6 +269,10 @@ class Trainer:
             if bad:
                 # The update was not applied (the jitted step keeps the old params); nothing is checkpointed.
                 self.state = TrainState(self.state.step, out.params, out.opt_state, self.state.key)
+                if bad == ["scored_positions"]:
+                    raise ValueError(f"step {step}: the update was given scored={scored}, fewer than the trained "
+                                     "positions of some row group; compute it with rl.batch.scored_size on the "
+                                     "padded batch")
                 raise NonFiniteLossError(
                     f"step {step} (update {it + 1}/{c.num_iterations}): non-finite value in {', '.join(bad)} "
                     f"(loss terms: {', '.join(t.name for t in self.terms)}); the update was not applied and the last "

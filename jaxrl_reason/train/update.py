@@ -13,15 +13,14 @@ from flax import nnx
 from jaxrl_reason.rl.batch import TokenBatch, stack_micro_batches
 from jaxrl_reason.rl.losses import (TermSpec, align_to_targets, batch_counts, counts_metrics, finite_flags,
                                     next_token_targets, objective, safe_divide, selected_token_logprobs_from_hidden,
-                                    token_logprobs_from_hidden,
-                                    tree_is_finite)
+                                    token_logprobs_from_hidden, tree_is_finite)
 
 
 class UpdateOutput(NamedTuple):
     params: object
     opt_state: object
     metrics: dict
-    finite: dict  # {term: bool}, plus "grads"; the update was applied only if all are True
+    finite: dict  # {term: bool}, plus "grads" and "scored_positions"; the update was applied only if all are True
 
 
 def model_logprobs(graphdef, params, batch: TokenBatch, *, chunk_size: Optional[int] = None,
@@ -83,8 +82,8 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         stacked = stack_micro_batches(batch, micro_batches)
         grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
         first = jax.tree.map(lambda x: x[0], stacked)
-        _, metric_shapes = jax.eval_shape(lambda: _loss_fn(params, graphdef, first, counts, terms, logprob_chunk,
-                                                                    scored, row_groups))
+        _, metric_shapes = jax.eval_shape(
+            lambda: _loss_fn(params, graphdef, first, counts, terms, logprob_chunk, scored, row_groups))
         zeros = (jax.tree.map(jnp.zeros_like, params),
                  jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
 
