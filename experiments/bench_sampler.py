@@ -87,6 +87,34 @@ def bench_ours(path, batch, prompt_len, new_tokens, repeats):
                 decode_ms_per_step=(med - prefill_s) / new_tokens * 1e3)
 
 
+def matmul_weights(cfg, seed=0):
+    """Random weights for `through_matmuls`: per layer (qkv [H, (heads + 2 kv) * D], o, gate_up [H, 2I], down),
+    and the LM head [H, V]."""
+    import jax
+
+    h, i, v, n_layers = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    d, nq, nkv = cfg.dim_per_head, cfg.num_attention_heads, cfg.num_key_value_heads
+    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 4 * n_layers + 1))
+    layers = [(jax.random.normal(next(keys), (h, (nq + 2 * nkv) * d)) * 0.02,
+               jax.random.normal(next(keys), (nq * d, h)) * 0.02,
+               jax.random.normal(next(keys), (h, 2 * i)) * 0.02,
+               jax.random.normal(next(keys), (i, h)) * 0.02) for _ in range(n_layers)]
+    return layers, jax.random.normal(next(keys), (h, v)) * 0.02
+
+
+def through_matmuls(x, layers, cfg):
+    """x [rows, H] through every layer's dense matmuls (q/k/v, o, gate/up, down) with residual adds only: the
+    arithmetic a model layer cannot avoid (plus residual adds and the gate x up product; no attention or norms)."""
+    import jax.numpy as jnp
+
+    i, q_width = cfg.intermediate_size, cfg.num_attention_heads * cfg.dim_per_head
+    for qkv, o, gate_up, down in layers:
+        x = x + jnp.dot(jnp.dot(x, qkv)[:, :q_width], o)
+        gu = jnp.dot(x, gate_up)
+        x = x + jnp.dot(gu[:, :i] * gu[:, i:], down)
+    return x
+
+
 def bench_floor(cfg, batch, prompt_len, new_tokens, repeats):
     """A lower bound on any sampler's time for this workload on this machine, measured with XLA: the workload's
     dense matmuls alone (prefill over every prompt token, then `new_tokens` single-token steps: q/k/v, o,
@@ -95,21 +123,9 @@ def bench_floor(cfg, batch, prompt_len, new_tokens, repeats):
     import jax
     import jax.numpy as jnp
 
-    h, i, v, n_layers = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
-    d, nq, nkv = cfg.dim_per_head, cfg.num_attention_heads, cfg.num_key_value_heads
-    keys = iter(jax.random.split(jax.random.PRNGKey(0), 4 * n_layers + 1))
-    layers = [(jax.random.normal(next(keys), (h, (nq + 2 * nkv) * d)) * 0.02,
-               jax.random.normal(next(keys), (nq * d, h)) * 0.02,
-               jax.random.normal(next(keys), (h, 2 * i)) * 0.02,
-               jax.random.normal(next(keys), (i, h)) * 0.02) for _ in range(n_layers)]
-    head = jax.random.normal(next(keys), (h, v)) * 0.02
-
-    def body(x):
-        for qkv, o, gate_up, down in layers:
-            x = x + jnp.dot(jnp.dot(x, qkv)[:, :nq * d], o)
-            gu = jnp.dot(x, gate_up)
-            x = x + jnp.dot(gu[:, :i] * gu[:, i:], down)
-        return x
+    h, n_layers, d, nkv = cfg.hidden_size, cfg.num_hidden_layers, cfg.dim_per_head, cfg.num_key_value_heads
+    layers, head = matmul_weights(cfg)
+    body = lambda x: through_matmuls(x, layers, cfg)  # noqa: E731
 
     @jax.jit
     def prefill_mm(x):  # [batch * prompt_len, H]

@@ -111,25 +111,15 @@ def update_floor(cfg, repeats=3):
     import jax
     import jax.numpy as jnp
 
-    from bench_sampler import time_runs
+    from bench_sampler import matmul_weights, through_matmuls, time_runs
 
-    h, i, v, n_layers = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
-    d, nq, nkv = cfg.dim_per_head, cfg.num_attention_heads, cfg.num_key_value_heads
-    keys = iter(jax.random.split(jax.random.PRNGKey(0), 4 * n_layers + 2))
-    weights = ([(jax.random.normal(next(keys), (h, (nq + 2 * nkv) * d)) * 0.02,
-                 jax.random.normal(next(keys), (nq * d, h)) * 0.02,
-                 jax.random.normal(next(keys), (h, 2 * i)) * 0.02,
-                 jax.random.normal(next(keys), (i, h)) * 0.02) for _ in range(n_layers)],
-               jax.random.normal(next(keys), (h, v)) * 0.02)
-    rows, t = Q * G, PROMPT_LEN + NEW_TOKENS
-    x = jax.random.normal(next(keys), (rows * t, h))
+    weights = matmul_weights(cfg)
+    rows, t, h = Q * G, PROMPT_LEN + NEW_TOKENS, cfg.hidden_size
+    x = jax.random.normal(jax.random.PRNGKey(1), (rows * t, h))
 
     def loss(w, x):
         layers, head = w
-        for qkv, o, gate_up, down in layers:
-            x = x + jnp.dot(jnp.dot(x, qkv)[:, :nq * d], o)
-            gu = jnp.dot(x, gate_up)
-            x = x + jnp.dot(gu[:, :i] * gu[:, i:], down)
+        x = through_matmuls(x, layers, cfg)
         completion = x.reshape(rows, t, h)[:, PROMPT_LEN:].reshape(rows * NEW_TOKENS, h)
         return jnp.sum(jnp.dot(completion, head))
 

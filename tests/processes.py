@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 
-def cpu_devices_env(devices: int, **extra) -> dict:
+def cpu_devices_env(devices: int) -> dict:
     """The environment of a child process that simulates `devices` CPU devices.
 
     XLA:CPU runs every device's program on one thread pool sized by the core count (4 threads on a 2-core
@@ -15,7 +15,7 @@ def cpu_devices_env(devices: int, **extra) -> dict:
     runs -- a deadlock seen in CI with 4 devices on 4 threads. `NPROC` sizes that pool (XLA reads it at client
     creation), so give every device two threads.
     """
-    env = dict(os.environ, JAX_PLATFORMS="cpu", NPROC=str(2 * devices), **extra)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", NPROC=str(2 * devices))
     env.pop("XLA_FLAGS", None)
     if devices > 1:
         env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={devices} "
