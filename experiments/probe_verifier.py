@@ -1,0 +1,162 @@
+"""How well can a policy learn to verify its own samples? The RL^V verifier's ceiling, without any RL.
+
+    python experiments/probe_verifier.py [--hidden 96 --layers 3] [--sft-steps 450 700] [--verify-questions 2048]
+
+For each SFT length: SFT on worked solutions (as `experiments/train.py` does; the SFT model is cached per model
+shape and length under --cache, so later probes of the same policy skip it), greedy held-out accuracy, then the
+self-labelled verification warm-up (`train/verify_warmup.py`: sample, label by the reward, class-balance, train
+"Yes"/"No") with the probe's data size, steps and learning rate. Prints one markdown row per SFT length:
+the policy's accuracy, the share of correct samples, verifier balanced accuracy on held-out questions before and
+after, and the verify NLL averaged over each tenth of training (whether more steps would still help).
+
+With `--errors`, the wrong samples of the arithmetic default are also sorted by what went wrong (a step's sum,
+an operand copied wrong, a missing or extra step, a box that disagrees with the last line) and by whether a
+question's wrong samples repeat one wrong answer (a systematic belief of the policy, which the same weights are
+unlikely to flag) or differ (slips).
+This is a measurement, not a test: one SFT length at the default size takes ~4 minutes on 2 CPU cores.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
+
+_STEP_RE = re.compile(r"(-?\d+) ([+\-*]) (-?\d+) = (-?\d+)")
+_BOX_RE = re.compile(r"\\boxed\{(-?\d+)\}")
+
+
+def classify_compact_error(solution: str, operands) -> str:
+    """Why a wrong compact `+` chain is wrong: nsteps | copy | arith | box (the first that applies)."""
+    steps = [tuple(int(x) for x in (a, b, r)) for a, _, b, r in _STEP_RE.findall(solution)]
+    if len(steps) != len(operands) - 1:
+        return "nsteps"
+    running = operands[0]
+    for (a, b, r), want_b in zip(steps, operands[1:]):
+        if a != running or b != want_b:
+            return "copy"
+        running = r
+    if any(a + b != r for a, b, r in steps):
+        return "arith"
+    return "box"
+
+
+def error_table(questions, solutions, labels, samples_per_question: int) -> dict:
+    kinds, repeats = collections.Counter(), collections.Counter()
+    for start in range(0, len(labels), samples_per_question):
+        operands = [int(x) for x in re.findall(r"\d+", questions[start])]
+        wrong = [solutions[i] for i in range(start, start + samples_per_question) if not labels[i]]
+        for s in wrong:
+            kinds[classify_compact_error(s, operands)] += 1
+        if len(wrong) >= 2:
+            answers = [(_BOX_RE.findall(s) or [None])[-1] for s in wrong]
+            repeats["repeated" if len(set(answers)) < len(answers) else "all_different"] += 1
+    return {"kinds": dict(kinds), "questions_with_2plus_wrong": dict(repeats)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default=os.path.join(HERE, "configs", "rlv.py"))
+    p.add_argument("--hidden", type=int, default=0, help="model width (0 = the config's)")
+    p.add_argument("--layers", type=int, default=0, help="model depth (0 = the config's)")
+    p.add_argument("--intermediate", type=int, default=0, help="SwiGLU size (0 = 3 x width)")
+    p.add_argument("--sft-steps", type=int, nargs="+", default=[0], help="SFT lengths to probe (0 = the config's)")
+    p.add_argument("--verify-questions", type=int, default=2048, help="warm-up questions sampled for labels")
+    p.add_argument("--verify-steps", type=int, default=400)
+    p.add_argument("--verify-lr", type=float, default=1e-3)
+    p.add_argument("--samples", type=int, default=4, help="samples per question")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = the config's rl one)")
+    p.add_argument("--holdout", type=float, default=0.2, help="share of questions held out for the accuracy")
+    p.add_argument("--errors", action="store_true", help="also sort the wrong samples by kind (arithmetic task)")
+    p.add_argument("--cache", default="runs/probe_verifier", help="SFT models and tokenizers are kept here")
+    args = p.parse_args()
+
+    import jax
+    from absl import logging
+    from flax import nnx
+
+    sys.path.insert(0, HERE)
+    import bench_rlv
+    import train as train_script
+    from jaxrl_reason.train.trainer import evaluate_accuracy, sft_train
+    from jaxrl_reason.train.verify_warmup import sample_labelled_solutions, verify_warmup
+
+    logging.set_verbosity(logging.WARNING)
+    rows = []
+    for sft_steps in args.sft_steps:
+        cfg = bench_rlv.load_config(args.config)
+        if args.hidden:
+            cfg.model.hidden_size = args.hidden
+            cfg.model.intermediate_size = args.intermediate or 3 * args.hidden
+        if args.layers:
+            cfg.model.num_hidden_layers = args.layers
+        if sft_steps:
+            cfg.sft.steps = sft_steps
+        if cfg.sft.steps <= 0:
+            raise SystemExit("probe_verifier needs an SFT warm-up: pass --sft-steps N > 0 or a config with sft.steps")
+        if not 0 < args.verify_questions <= cfg.sft.examples:
+            raise SystemExit(f"--verify-questions must be in [1, sft.examples={cfg.sft.examples}]: the probe samples "
+                             "on warm-up questions only")
+        cfg.rl.progress = False
+        temperature = args.temperature or cfg.rl.temperature
+        m = cfg.model
+        tag = f"h{m.hidden_size}_l{m.num_hidden_layers}_i{m.intermediate_size}_sft{cfg.sft.steps}_seed{cfg.seed}"
+        workdir = os.path.abspath(os.path.join(args.cache, tag))
+        os.makedirs(workdir, exist_ok=True)
+        train, heldout, reward_fn, prompt_fn = train_script.build_data(cfg)
+        tokenizer = train_script.build_tokenizer(cfg, train, workdir, prompt_fn)
+        sft_dir = os.path.join(workdir, "sft_model")
+        t = time.time()
+        if os.path.exists(os.path.join(sft_dir, "config.json")):
+            model = train_script.load_hf(sft_dir, cfg)
+        else:
+            model = train_script.build_model(cfg, tokenizer, workdir)
+            sft_train(model, tokenizer, train[:cfg.sft.examples], steps=cfg.sft.steps, batch_size=cfg.sft.batch_size,
+                      lr=cfg.sft.lr, warmup_steps=cfg.sft.warmup_steps, seed=cfg.seed, progress=False,
+                      prompt_fn=prompt_fn)
+            train_script.save_hf(model, sft_dir)
+        sft_s = time.time() - t
+        greedy = evaluate_accuracy(model, nnx.state(model), tokenizer, heldout, reward_fn,
+                                   max_new_tokens=cfg.rl.max_new_tokens, batch_size=cfg.rl.eval_batch_size,
+                                   progress=False, prompt_fn=prompt_fn)["accuracy"]
+        examples = train[:args.verify_questions]
+        if args.errors:
+            q, s, lab = sample_labelled_solutions(model, tokenizer, examples[:256], reward_fn,
+                                                  samples_per_question=args.samples,
+                                                  max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature,
+                                                  key=jax.random.PRNGKey(cfg.seed + 1), prompt_fn=prompt_fn)
+            print(f"[{tag}] wrong samples of 256 questions x {args.samples}: {error_table(q, s, lab, args.samples)}",
+                  flush=True)
+        t = time.time()
+        res = verify_warmup(model, tokenizer, examples, reward_fn, steps=args.verify_steps,
+                            batch_size=cfg.sft.verify_batch_size, solve_batch_size=cfg.sft.verify_solve_rows,
+                            lr=args.verify_lr, samples_per_question=args.samples,
+                            max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature,
+                            holdout_frac=args.holdout, seed=cfg.seed, progress=False, prompt_fn=prompt_fn)
+        nll = [h["verify_warmup/nll"] for h in res["history"]]
+        tenth = max(1, len(nll) // 10)
+        curve = " ".join(f"{sum(nll[i:i + tenth]) / len(nll[i:i + tenth]):.2f}" for i in range(0, len(nll), tenth))
+        rows.append((tag, sft_s, greedy, res, curve, time.time() - t))
+        print(f"[{tag}] done", flush=True)
+
+    print(f"\nverification probe: {args.verify_questions} questions x {args.samples} samples at T {temperature}, "
+          f"{args.verify_steps} steps at lr {args.verify_lr}, {args.holdout:.0%} of questions held out\n")
+    print("| policy | greedy held-out acc | correct samples | train rows | held-out rows | bal. acc before | "
+          "bal. acc after | verify NLL by tenth of training | seconds (SFT / probe) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for tag, sft_s, greedy, res, curve, probe_s in rows:
+        print(f"| {tag} | {greedy:.1%} | {res['positive_frac_sampled']:.1%} | {res['rows']} | "
+              f"{res['after']['rows']} | {res['before']['balanced_acc']:.1%} | {res['after']['balanced_acc']:.1%} | "
+              f"{curve} | {sft_s:.0f} / {probe_s:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
