@@ -97,6 +97,7 @@ def main(argv=None):
     ap.add_argument("--rlv-config", default=os.path.join(HERE, "configs", "rlv.py"))
     ap.add_argument("--n", type=int, default=16, help="samples per question (N of weighted@N, maj@N, BoN@N)")
     ap.add_argument("--questions", type=int, default=256, help="held-out questions to evaluate")
+    ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the configs' rl.steps)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -112,6 +113,8 @@ def main(argv=None):
             as_plain_grpo(cfg)
         cfg.workdir = os.path.join(os.path.abspath(args.workdir), name)
         cfg.rl.progress = not args.no_progress
+        if args.rl_steps:
+            cfg.rl.steps = args.rl_steps
         if name == "rlv":
             share_warmup(runs["grpo"][0].workdir, cfg.workdir)
         print(f"== {name}: {path} -> {cfg.workdir}")

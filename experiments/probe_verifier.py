@@ -76,6 +76,10 @@ def main():
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = the config's rl one)")
     p.add_argument("--holdout", type=float, default=0.2, help="share of questions held out for the accuracy")
     p.add_argument("--errors", action="store_true", help="also sort the wrong samples by kind (arithmetic task)")
+    p.add_argument("--vote-questions", type=int, default=0,
+                   help="after the warm-up, also sample --vote-n solutions for this many held-out questions and "
+                        "report pass@1 / maj@N / weighted@N / BoN@N as bench_rlv does (0 = skip)")
+    p.add_argument("--vote-n", type=int, default=16, help="samples per question for --vote-questions")
     p.add_argument("--cache", default="runs/probe_verifier", help="SFT models and tokenizers are kept here")
     args = p.parse_args()
 
@@ -86,6 +90,7 @@ def main():
     sys.path.insert(0, HERE)
     import bench_rlv
     import train as train_script
+    from jaxrl_reason.inference.test_time import evaluate
     from jaxrl_reason.train.trainer import evaluate_accuracy, sft_train
     from jaxrl_reason.train.verify_warmup import sample_labelled_solutions, verify_warmup
 
@@ -144,7 +149,13 @@ def main():
         nll = [h["verify_warmup/nll"] for h in res["history"]]
         tenth = max(1, len(nll) // 10)
         curve = " ".join(f"{sum(nll[i:i + tenth]) / len(nll[i:i + tenth]):.2f}" for i in range(0, len(nll), tenth))
-        rows.append((tag, sft_s, greedy, res, curve, time.time() - t))
+        probe_s = time.time() - t
+        vote = None
+        if args.vote_questions:
+            vote = evaluate(model, tokenizer, heldout[:args.vote_questions], n=args.vote_n,
+                            max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature, seed=cfg.seed,
+                            progress=False, keep_samples=False)
+        rows.append((tag, sft_s, greedy, res, curve, probe_s, vote))
         print(f"[{tag}] done", flush=True)
 
     print(f"\nverification probe: {args.verify_questions} questions x {args.samples} samples at T {temperature}, "
@@ -152,10 +163,23 @@ def main():
     print("| policy | greedy held-out acc | correct samples | train rows | held-out rows | bal. acc before | "
           "bal. acc after | verify NLL by tenth of training | seconds (SFT / probe) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for tag, sft_s, greedy, res, curve, probe_s in rows:
+    for tag, sft_s, greedy, res, curve, probe_s, _ in rows:
         print(f"| {tag} | {greedy:.1%} | {res['positive_frac_sampled']:.1%} | {res['rows']} | "
               f"{res['after']['rows']} | {res['before']['balanced_acc']:.1%} | {res['after']['balanced_acc']:.1%} | "
               f"{curve} | {sft_s:.0f} / {probe_s:.0f} |")
+    if args.vote_questions:
+        n = args.vote_n
+        at = lambda v, s, k: 100 * v["strategies"][s]["mean"][v["ks"].index(k)]  # noqa: E731
+        print(f"\ntest-time strategies after the warm-up (no RL): {args.vote_questions} held-out questions x {n} "
+              f"samples at T {temperature}, each scored once by the policy itself\n")
+        print(f"| policy | pass@1 | maj@{n} | weighted@{n} | BoN@{n} | pass@{n} | verifier bal. acc. | AUROC |")
+        print("|---|---|---|---|---|---|---|---|")
+        for tag, *_, v in rows:
+            q = v["verifier"]["self"]
+            fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
+            print(f"| {tag} | {at(v, 'pass', 1):.1f} | {at(v, 'majority', n):.1f} | {at(v, 'weighted', n):.1f} | "
+                  f"{at(v, 'best_of_n', n):.1f} | {at(v, 'pass', n):.1f} | {fmt(q['balanced_accuracy'])} | "
+                  f"{fmt(q['auroc'])} |")
 
 
 if __name__ == "__main__":

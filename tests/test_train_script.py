@@ -42,3 +42,18 @@ def test_verify_warmup_config_is_checked_before_training(tmp_path):
     with pytest.raises(ValueError, match="sft.steps > 0"):
         train_script.run(cfg)
     assert not os.listdir(tmp_path)  # refused before writing anything
+
+
+CONFIGS = sorted(f[:-3] for f in os.listdir(os.path.join(os.path.dirname(__file__), "..", "experiments", "configs"))
+                 if f.endswith(".py") and not f.startswith("_"))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_shipped_config_passes_the_checks_run_does_before_training(name):
+    """A config that inherits a knob its parent needs (e.g. the verification warm-up of rlv.py) from a child that
+    drops what the knob needs (its SFT slice) must be caught here, not at launch on an accelerator."""
+    import importlib
+
+    cfg = importlib.import_module(f"configs.{name}").get_config()
+    train_script.check_verify_warmup(cfg)
+    assert cfg.workdir and cfg.method.name in ("grpo", "rlv", "cure")

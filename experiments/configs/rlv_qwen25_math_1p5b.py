@@ -26,6 +26,9 @@ def get_config():
     c.data.answer_field = "answer"
     c.data.heldout_size = 500
     c.sft.steps = 0  # no warm-up: start from the pretrained model
+    # A pretrained LM already answers the Yes/No verify prompt (the cold start the tiny model's warm-up removes is
+    # specific to a model that has only seen worked solutions), and the warm-up needs an SFT slice to sample on.
+    c.sft.verify_steps = 0
     c.rl.steps = 500
     c.rl.prompts_per_step = 32
     c.rl.samples_per_prompt = 5

@@ -1,0 +1,36 @@
+"""The error sorter of experiments/probe_verifier.py: which kind of slip made a compact `+` chain wrong."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
+import probe_verifier  # noqa: E402
+
+OPERANDS = [4, 9, 2, 7]
+RIGHT = "4 + 9 = 13\n13 + 2 = 15\n15 + 7 = 22\n\\boxed{22}"
+
+
+@pytest.mark.parametrize("solution,kind", [
+    ("4 + 9 = 13\n13 + 2 = 16\n16 + 7 = 23\n\\boxed{23}", "arith"),  # a wrong sum, carried on faithfully
+    ("4 + 9 = 13\n13 + 3 = 16\n16 + 7 = 23\n\\boxed{23}", "copy"),  # operand 2 copied as 3
+    ("4 + 9 = 13\n14 + 2 = 16\n16 + 7 = 23\n\\boxed{23}", "copy"),  # running total not carried over
+    ("4 + 9 = 13\n13 + 7 = 20\n\\boxed{20}", "nsteps"),  # one operand dropped
+    ("4 + 9 = 13\n13 + 2 = 15\n15 + 7 = 22\n\\boxed{21}", "box"),  # a right chain, a different box
+])
+def test_classify_compact_error(solution, kind):
+    assert probe_verifier.classify_compact_error(solution, OPERANDS) == kind
+
+
+def test_error_table_counts_kinds_and_repeated_wrong_answers():
+    q = "What is 4 + 9 + 2 + 7?"
+    arith = "4 + 9 = 13\n13 + 2 = 16\n16 + 7 = 23\n\\boxed{23}"
+    copy = "4 + 9 = 13\n13 + 3 = 16\n16 + 7 = 23\n\\boxed{23}"
+    drop = "4 + 9 = 13\n13 + 7 = 20\n\\boxed{20}"
+    # question 1: two wrong samples with one answer (23) -> repeated; question 2: 23 and 20 -> all different
+    solutions = [RIGHT, arith, copy, RIGHT, arith, drop]
+    labels = [True, False, False, True, False, False]
+    table = probe_verifier.error_table([q] * 6, solutions, labels, samples_per_question=3)
+    assert table["kinds"] == {"arith": 2, "copy": 1, "nsteps": 1}
+    assert table["questions_with_2plus_wrong"] == {"repeated": 1, "all_different": 1}
