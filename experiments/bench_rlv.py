@@ -136,14 +136,14 @@ def main(argv=None):
         ("GRPO^V pass@1 >= GRPO pass@1 - 2 points", at(v, "pass", 1), at(g, "pass", 1) - 0.02,
          at(v, "pass", 1) >= at(g, "pass", 1) - 0.02),
     ]
-    rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | weighted@%d | pass@%d | verifier bal. acc. | AUROC |"
-            % (n, n, n, n), "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | weighted@%d | pass@%d | verifier bal. acc. | AUROC | "
+            "AUROC within a question |" % (n, n, n, n), "|---|---|---|---|---|---|---|---|---|---|"]
     for label, res, who in (("GRPO", g, "itself, warm-up only (LLM-as-a-judge)"), ("GRPO^V", v, "itself (warm-up + RL^V)")):
         q = res["verifier"]["self"]
         fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"
         rows.append(f"| {label} | {who} | {fmt(at(res, 'pass', 1))} | {fmt(at(res, 'majority', n))} | "
                     f"{fmt(at(res, 'best_of_n', n))} | {fmt(at(res, 'weighted', n))} | {fmt(at(res, 'pass', n))} | "
-                    f"{fmt(q['balanced_accuracy'])} | {fmt(q['auroc'])} |")
+                    f"{fmt(q['balanced_accuracy'])} | {fmt(q['auroc'])} | {fmt(q.get('within_question_auroc'))} |")
     lines = rows + ["", "| check | measured | against | met |", "|---|---|---|---|"]
     lines += [f"| {c} | {100 * a:.1f} | {100 * b:.1f} | {'yes' if ok else '**no**'} |" for c, a, b, ok in checks]
     table = "\n".join(lines)

@@ -75,6 +75,8 @@ def main():
     p.add_argument("--samples", type=int, default=4, help="samples per question")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = the config's rl one)")
     p.add_argument("--holdout", type=float, default=0.2, help="share of questions held out for the accuracy")
+    p.add_argument("--balance", default="subsample", choices=("subsample", "per_question"),
+                   help="class balance of the warm-up rows: over all rows, or within each question")
     p.add_argument("--errors", action="store_true", help="also sort the wrong samples by kind (arithmetic task)")
     p.add_argument("--vote-questions", type=int, default=0,
                    help="after the warm-up, also sample --vote-n solutions for this many held-out questions and "
@@ -145,7 +147,8 @@ def main():
                             batch_size=cfg.sft.verify_batch_size, solve_batch_size=cfg.sft.verify_solve_rows,
                             lr=args.verify_lr, samples_per_question=args.samples,
                             max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature,
-                            holdout_frac=args.holdout, seed=cfg.seed, progress=False, prompt_fn=prompt_fn)
+                            holdout_frac=args.holdout, seed=cfg.seed, progress=False, prompt_fn=prompt_fn,
+                            balance=args.balance)
         nll = [h["verify_warmup/nll"] for h in res["history"]]
         tenth = max(1, len(nll) // 10)
         curve = " ".join(f"{sum(nll[i:i + tenth]) / len(nll[i:i + tenth]):.2f}" for i in range(0, len(nll), tenth))
@@ -158,7 +161,8 @@ def main():
         rows.append((tag, sft_s, greedy, res, curve, probe_s, vote))
         print(f"[{tag}] done", flush=True)
 
-    print(f"\nverification probe: {args.verify_questions} questions x {args.samples} samples at T {temperature}, "
+    print(f"\nverification probe ({args.balance} balance): {args.verify_questions} questions x {args.samples} "
+          f"samples at T {temperature}, "
           f"{args.verify_steps} steps at lr {args.verify_lr}, {args.holdout:.0%} of questions held out\n")
     print("| policy | greedy held-out acc | correct samples | train rows | held-out rows | bal. acc before | "
           "bal. acc after | verify NLL by tenth of training | seconds (SFT / probe) |")
@@ -172,14 +176,15 @@ def main():
         at = lambda v, s, k: 100 * v["strategies"][s]["mean"][v["ks"].index(k)]  # noqa: E731
         print(f"\ntest-time strategies after the warm-up (no RL): {args.vote_questions} held-out questions x {n} "
               f"samples at T {temperature}, each scored once by the policy itself\n")
-        print(f"| policy | pass@1 | maj@{n} | weighted@{n} | BoN@{n} | pass@{n} | verifier bal. acc. | AUROC |")
-        print("|---|---|---|---|---|---|---|---|")
+        print(f"| policy | pass@1 | maj@{n} | weighted@{n} | BoN@{n} | pass@{n} | verifier bal. acc. | AUROC | "
+              "AUROC within a question (questions) |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for tag, *_, v in rows:
             q = v["verifier"]["self"]
             fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
             print(f"| {tag} | {at(v, 'pass', 1):.1f} | {at(v, 'majority', n):.1f} | {at(v, 'weighted', n):.1f} | "
                   f"{at(v, 'best_of_n', n):.1f} | {at(v, 'pass', n):.1f} | {fmt(q['balanced_accuracy'])} | "
-                  f"{fmt(q['auroc'])} |")
+                  f"{fmt(q['auroc'])} | {fmt(q['within_question_auroc'])} ({q['mixed_questions']}) |")
 
 
 if __name__ == "__main__":

@@ -274,6 +274,7 @@ def run_verify_warmup(cfg, model, tokenizer, train, reward_fn, prompt_fn, workdi
     res = verify_warmup(model, tokenizer, train[:s.verify_questions], reward_fn, steps=s.verify_steps,
                         batch_size=s.verify_batch_size, solve_batch_size=s.verify_solve_rows, lr=s.verify_lr,
                         samples_per_question=s.verify_samples, max_new_tokens=cfg.rl.max_new_tokens,
+                        balance=s.get("verify_balance", "subsample"),
                         temperature=cfg.rl.temperature, seed=cfg.seed, progress=cfg.rl.progress, writer=writer,
                         prompt_fn=prompt_fn)
     writer.close()

@@ -57,6 +57,20 @@ def test_verifier_quality_hand_computed():
     assert verifier_quality([0.5, 0.7], [1, 1])["auroc"] is None
 
 
+def test_within_question_auroc_ignores_how_hard_a_question_looks():
+    # A verifier that only knows question 0 is easy and question 1 is hard: perfect pooled ranking of... nothing
+    # within a question (all of one question's samples get one score).
+    correct = np.array([[1, 1, 1, 0], [1, 0, 0, 0]])
+    by_question = np.array([[0.9, 0.9, 0.9, 0.9], [0.1, 0.1, 0.1, 0.1]])
+    q = verifier_quality(by_question, correct)
+    assert q["auroc"] > 0.7 and q["within_question_auroc"] == pytest.approx(0.5) and q["mixed_questions"] == 2
+    # a verifier that reads the solution: right samples above wrong ones inside each question
+    by_solution = np.array([[0.6, 0.7, 0.8, 0.5], [0.3, 0.2, 0.1, 0.25]])
+    assert verifier_quality(by_solution, correct)["within_question_auroc"] == pytest.approx(1.0)
+    assert verifier_quality(1 - by_solution, correct)["within_question_auroc"] == pytest.approx(0.0)
+    assert verifier_quality(by_solution.reshape(-1), correct.reshape(-1))["within_question_auroc"] is None
+
+
 def test_data_specs():
     cli = load_cli()
     exs = cli.load_data("arithmetic:3:1")

@@ -37,6 +37,23 @@ def test_balanced_indices():
         balanced_indices(labels, rng, balance="oversample")
 
 
+def test_per_question_balance_takes_equal_classes_within_each_question():
+    rng = np.random.default_rng(0)
+    # question 0: 3 right, 1 wrong; question 1: all right; question 2: 1 right, 2 wrong; question 3: all wrong
+    labels = np.array([1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0], bool)
+    groups = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 3, 3])
+    for _ in range(5):
+        idx = balanced_indices(labels, rng, balance="per_question", groups=groups)
+        assert sorted(groups[idx].tolist()) == [0, 0, 2, 2]  # one of each class from each mixed question
+        for g in (0, 2):
+            assert labels[idx][groups[idx] == g].sum() == 1
+    # batch-level balance would happily pair question 1's right samples with question 3's wrong ones
+    assert set(groups[balanced_indices(labels, rng)].tolist()) - {0, 2}
+    assert len(balanced_indices(labels[4:8], rng, balance="per_question", groups=groups[4:8])) == 0
+    with pytest.raises(ValueError, match="groups"):
+        balanced_indices(labels, rng, balance="per_question")
+
+
 def test_verify_term_raises_yes_on_correct_and_no_on_wrong(tokenizer):
     model = tiny_model(tokenizer)
     graphdef, params = nnx.split(model)

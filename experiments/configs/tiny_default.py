@@ -63,6 +63,7 @@ def get_config():
     c.sft.verify_batch_size = 32  # verification rows per step
     c.sft.verify_solve_rows = 8  # worked-solution rows per step alongside them (keeps the solving skill)
     c.sft.verify_lr = 1e-3
+    c.sft.verify_balance = "subsample"  # subsample: class balance over all rows | per_question: within each question
 
     c.method = ml_collections.ConfigDict()
     c.method.name = "grpo"  # grpo | rlv | cure

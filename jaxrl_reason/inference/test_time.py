@@ -363,7 +363,8 @@ def accuracy_curves(correct: np.ndarray, classes: np.ndarray, ks: Sequence[int],
 
 def verifier_quality(scores: np.ndarray, correct: np.ndarray) -> dict:
     """How well scores separate correct from wrong samples: mean score of each, AUROC (ties count 1/2) and
-    balanced accuracy of `score > 0.5`. Values are None when one of the two groups is empty."""
+    balanced accuracy of `score > 0.5`. Values are None when one of the two groups is empty. With [questions, n]
+    arrays also the mean AUROC within a question over the questions that have both kinds of sample."""
     s = np.asarray(scores, np.float64).reshape(-1)
     y = np.asarray(correct, np.float64).reshape(-1) > 0.5
     pos, neg = int(y.sum()), int((~y).sum())
@@ -377,7 +378,23 @@ def verifier_quality(scores: np.ndarray, correct: np.ndarray) -> dict:
         res["auroc"] = float((ranks[y].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
         pred = s > 0.5
         res["balanced_accuracy"] = float(0.5 * (pred[y].mean() + (~pred[~y]).mean()))
+    # Pooled AUROC rewards a verifier that only knows which *questions* look hard; Best-of-N and weighted voting
+    # choose among one question's samples, so they need the AUROC within a question (rows = questions).
+    res["within_question_auroc"], res["mixed_questions"] = None, 0
+    if np.ndim(scores) == 2:
+        per_q = [_auroc(sq, yq) for sq, yq in zip(np.asarray(scores, np.float64), np.asarray(correct) > 0.5)
+                 if 0 < yq.sum() < len(yq)]
+        res["mixed_questions"] = len(per_q)
+        if per_q:
+            res["within_question_auroc"] = float(np.mean(per_q))
     return res
+
+
+def _auroc(s: np.ndarray, y: np.ndarray) -> float:
+    """P(score of a random correct sample > that of a random wrong one), ties counted 1/2."""
+    pos, neg = s[y], s[~y]
+    return float(((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum())
+                 / (len(pos) * len(neg)))
 
 
 def default_reward(completions: Sequence[str], examples: Sequence[Any], *, grader=None):

@@ -69,8 +69,11 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
                   solve_batch_size: int = 8, lr: float = 1e-3, warmup_steps: int = 10, samples_per_question: int = 4,
                   max_new_tokens: int = 64, temperature: float = 0.7, holdout_frac: float = 0.1, seed: int = 0,
                   progress: bool = True, writer: Optional[MetricsWriter] = None,
-                  prompt_fn: Callable[[str], str] = solve_prompt) -> dict:
+                  prompt_fn: Callable[[str], str] = solve_prompt, balance: str = "subsample") -> dict:
     """Self-labelled verification warm-up (module docstring); updates `model` in place.
+
+    balance: "subsample" (class balance over all rows) | "per_question" (within each question; see
+    `methods.rlv.balanced_indices`).
 
     examples: questions to sample on; they need `solution` when `solve_batch_size > 0` (the solve rows).
     Returns {"rows", "positive_frac_sampled", "before", "after", "history"}: before/after are `verifier_accuracy`
@@ -86,7 +89,7 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
     questions, solutions, labels = sample_labelled_solutions(
         model, tokenizer, examples, reward_fn, samples_per_question=samples_per_question,
         max_new_tokens=max_new_tokens, temperature=temperature, key=key, prompt_fn=prompt_fn, params=params)
-    idx = balanced_indices(labels, rng)
+    idx = balanced_indices(labels, rng, balance=balance, groups=np.arange(len(labels)) // samples_per_question)
     if len(idx) < 4:
         raise ValueError(f"verify_warmup: {len(labels)} sampled solutions, {int(labels.sum())} correct -- too few of "
                          "one class to balance. Sample more questions, or warm up the solver longer/shorter so its "
