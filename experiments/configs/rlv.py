@@ -16,7 +16,7 @@ def get_config():
     c.method.name = "rlv"
     c.method.estimator = "grpo"  # grpo -> GRPO^V, rloo -> RLOO^V, dr_grpo -> Dr.GRPO^V
     c.method.extra.verify_weight = 1.0  # lambda in J = J_RL + lambda * J_verify
-    c.method.extra.balance = "subsample"  # subsample the majority class | none
+    c.method.extra.balance = "subsample"  # subsample the majority class | per_question (within each question) | none
     c.method.extra.max_verify_rows = 0  # cap on verify rows per step (0 = all balanced rows)
     c.method.extra.measure_verifier = True  # log verifier accuracy on positives/negatives every step
     # Depth: on this task the default 3-layer, 96-wide model reached 55-68% balanced accuracy on its own samples

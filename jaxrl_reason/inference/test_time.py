@@ -372,10 +372,7 @@ def verifier_quality(scores: np.ndarray, correct: np.ndarray) -> dict:
            "mean_score_correct": float(s[y].mean()) if pos else None,
            "mean_score_wrong": float(s[~y].mean()) if neg else None, "auroc": None, "balanced_accuracy": None}
     if pos and neg:
-        uniq, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
-        avg_rank = np.cumsum(counts) - (counts - 1) / 2.0  # 1-based mean rank of each tied value
-        ranks = avg_rank[inverse]
-        res["auroc"] = float((ranks[y].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+        res["auroc"] = _auroc(s, y)
         pred = s > 0.5
         res["balanced_accuracy"] = float(0.5 * (pred[y].mean() + (~pred[~y]).mean()))
     # Pooled AUROC rewards a verifier that only knows which *questions* look hard; Best-of-N and weighted voting
@@ -391,10 +388,11 @@ def verifier_quality(scores: np.ndarray, correct: np.ndarray) -> dict:
 
 
 def _auroc(s: np.ndarray, y: np.ndarray) -> float:
-    """P(score of a random correct sample > that of a random wrong one), ties counted 1/2."""
-    pos, neg = s[y], s[~y]
-    return float(((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum())
-                 / (len(pos) * len(neg)))
+    """P(score of a random correct sample > that of a random wrong one), ties counted 1/2 (both classes present)."""
+    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2.0)[inverse]  # 1-based mean rank of each tied value
+    pos = int(y.sum())
+    return float((ranks[y].sum() - pos * (pos + 1) / 2.0) / (pos * (len(y) - pos)))
 
 
 def default_reward(completions: Sequence[str], examples: Sequence[Any], *, grader=None):
