@@ -1,9 +1,10 @@
 """Times the fused update alone on bench_train_step's workload, and optionally lists where XLA spends it.
 
-    python experiments/profile_update.py [--scan-residuals matmuls|all] [--scan-layers 1|0] [--reps 5] [--ops 25]
+    python experiments/profile_update.py [--share-prompts 1|0] [--scan-residuals matmuls|all] [--scan-layers 1|0]
+                                         [--reps 5] [--ops 25]
 
 Workload: bench_train_step's model (hidden 256, 4 layers, vocabulary 4,096, random weights, float32) and one
-GRPO batch of 64 rows (16 prompt + 64 trained completion tokens), the PPO-clip term, AdamW. Prints the update's
+GRPO batch of 64 rows (8 samples of 8 prompts; 16 prompt + 64 trained completion tokens), the PPO-clip term, AdamW. Prints the update's
 seconds for `--reps` calls after one compile call and their median. With `--ops N`, one more call runs under
 `jax.profiler.trace` and the N largest XLA ops by total duration are listed (the weight matmuls are XLA:CPU's
 `ynn_fusion` kernels, summed into one line).
@@ -51,6 +52,8 @@ def main():
     ap.add_argument("--scan-residuals", default="matmuls", choices=("matmuls", "all"))
     ap.add_argument("--scan-layers", type=int, default=1, choices=(0, 1))
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--share-prompts", type=int, default=1, choices=(0, 1),
+                    help="1: each group's prompt goes through the model once (rl.prefix, the Trainer's default)")
     ap.add_argument("--ops", type=int, default=0, help="list the N costliest XLA ops of one profiled call")
     args = ap.parse_args()
 
@@ -60,12 +63,15 @@ def main():
     from bench_train_step import make_model
     from jaxrl_reason.rl.batch import build_token_batch, scored_size
     from jaxrl_reason.rl.losses import pg_spec
+    from jaxrl_reason.rl.prefix import share_prefixes
     from jaxrl_reason.train.state import make_optimizer
     from jaxrl_reason.train.update import make_update
 
     vocab, rows, prompt, completion = 4096, 64, 16, 64
     rng = np.random.default_rng(0)
-    batch = build_token_batch([rng.integers(1, vocab, prompt).tolist() for _ in range(rows)],
+    group = 8  # GRPO: 8 samples of each of 8 prompts
+    prompts = [rng.integers(1, vocab, prompt).tolist() for _ in range(rows // group)]
+    batch = build_token_batch([prompts[r // group] for r in range(rows)],
                               [rng.integers(1, vocab, completion).tolist() for _ in range(rows)],
                               rng.normal(size=rows).astype(np.float32),
                               [(-8.0 + 0.1 * rng.normal(size=completion)).tolist() for _ in range(rows)], "solve")
@@ -73,7 +79,9 @@ def main():
                                             scan_residuals=args.scan_residuals))
     opt = make_optimizer(1e-6, total_steps=10)
     update = make_update(graphdef, opt, (pg_spec(("solve",), aggregation="seq_mean_token_mean"),))
-    scored = scored_size(batch)
+    if args.share_prompts:
+        batch = share_prefixes(batch)
+    scored = scored_size(batch.rows if args.share_prompts else batch)
     opt_state = opt.init(params)
     copy = lambda tree: jax.tree.map(lambda x: x.copy(), tree)  # noqa: E731 - the update donates its inputs
 
@@ -86,8 +94,8 @@ def main():
 
     once()
     times = [once() for _ in range(args.reps)]
-    print(f"update, {rows} x {prompt + completion} tokens, scan_layers={args.scan_layers}, "
-          f"scan_residuals={args.scan_residuals}: " + ", ".join(f"{t:.3f}" for t in times)
+    print(f"update, {rows} x {prompt + completion} tokens, share_prompts={args.share_prompts}, "
+          f"scan_layers={args.scan_layers}, scan_residuals={args.scan_residuals}: " + ", ".join(f"{t:.3f}" for t in times)
           + f" s; median {statistics.median(times):.3f} s")
     if args.ops:
         with tempfile.TemporaryDirectory() as d:

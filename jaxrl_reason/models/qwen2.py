@@ -240,6 +240,30 @@ def attend(q, k, v, mask, dtype):
     return jnp.einsum("bkqs,bksd->bkqd", probs, v.astype(dtype))
 
 
+class SharedPrefix(NamedTuple):
+    """Attention layout of a flat token stream in which prompts shared by several rows are stored once.
+
+    The stream holds `prefixes x prefix_time` prompt tokens, then `rows x suffix_time` continuation tokens; row r's
+    continuation attends to prefix row `index[r]` (all of it that is valid) and causally to itself. A GRPO group's
+    G samples share one prompt, so its prompt tokens go through every matmul once instead of G times.
+
+    index:       int32 [rows]
+    prefix_mask: bool  [prefixes, prefix_time, prefix_time]   causal, valid keys only
+    suffix_mask: bool  [rows, suffix_time, prefix_time + suffix_time]   the prefix's valid keys, then causal
+    """
+
+    index: jax.Array
+    prefix_mask: jax.Array
+    suffix_mask: jax.Array
+
+    @property
+    def shapes(self) -> tuple[int, int, int, int]:
+        """(prefixes, prefix_time, rows, suffix_time), static."""
+        p, lp, _ = self.prefix_mask.shape
+        r, ls, _ = self.suffix_mask.shape
+        return p, lp, r, ls
+
+
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         pd, dt = as_dtype(cfg.param_dtype), as_dtype(cfg.dtype)
@@ -257,11 +281,13 @@ class Attention(nnx.Module):
             self.q_norm = self.k_norm = None
         self.dtype = dt
 
-    def __call__(self, x, positions, inv_freq, mask, kv: Optional[tuple] = None, index=None):
+    def __call__(self, x, positions, inv_freq, mask, kv: Optional[tuple] = None, index=None,
+                 prefix: Optional[SharedPrefix] = None):
         """x [B,T,H]; mask [B,T,S] bool. With `kv=(k_cache [B,KVH,D,S], v_cache [B,KVH,S,D])` the new keys and
-        values are written at slots index..index+T-1 and attention runs over all S slots; returns (out, (k, v))."""
+        values are written at slots index..index+T-1 and attention runs over all S slots; returns (out, (k, v)).
+        With `prefix`, x is one flat stream [1, N, H] laid out as `SharedPrefix` says (`mask` is unused)."""
         b, t, _ = x.shape
-        nkv, g, d = self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim
+        nkv, d = self.num_kv_heads, self.head_dim
         # One [H, (heads + 2 kv) * D] matmul instead of three: fewer, larger GEMMs forward and backward.
         projs = (self.q_proj, self.k_proj, self.v_proj)
         qkv = dense(x.astype(self.dtype), jnp.concatenate([p.kernel[...].astype(self.dtype) for p in projs], axis=1))
@@ -272,17 +298,47 @@ class Attention(nnx.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
-        # Query head h = kv_head * g + j uses key/value head kv_head (HF's repeat_kv order).
-        q = q.reshape(b, t, nkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, nkv, g * t, d)
-        k = k.transpose(0, 2, 3, 1)  # [B, KVH, D, T]
-        v = v.transpose(0, 2, 1, 3)  # [B, KVH, T, D]
+        if prefix is not None:
+            return self.o_proj(self._attend_shared_prefix(q, k, v, prefix)), None
+        q, k, v = self._to_heads(q, k, v)
         if kv is not None:
             k_cache, v_cache = kv
             k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, index))
             v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, 0, index, 0))
-        out = attend(q, k, v, mask, self.dtype)
-        out = out.reshape(b, nkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * d)
-        return self.o_proj(out), ((k, v) if kv is not None else None)
+        return self.o_proj(self._from_heads(attend(q, k, v, mask, self.dtype))), ((k, v) if kv is not None else None)
+
+    def _to_heads(self, q, k, v):
+        """[B,T,heads,D] projections -> the layouts `attend` takes: q [B,KVH,G*T,D], k [B,KVH,D,T], v [B,KVH,T,D].
+        Query head h = kv_head * g + j uses key/value head kv_head (HF's repeat_kv order)."""
+        b, t, nkv, d = k.shape
+        g = self.num_heads // nkv
+        q = q.reshape(b, t, nkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, nkv, g * t, d)
+        return q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
+
+    def _from_heads(self, out):
+        """attend's [B,KVH,G*T,D] -> [B,T,heads*D]."""
+        b, nkv, gt, d = out.shape
+        g = self.num_heads // nkv
+        return out.reshape(b, nkv, g, gt // g, d).transpose(0, 3, 1, 2, 4).reshape(b, gt // g, self.num_heads * d)
+
+    def _attend_shared_prefix(self, q, k, v, prefix: SharedPrefix):
+        """q/k/v [1, N, heads, D] of the flat stream -> attention output [1, N, heads*D]. Each continuation row
+        reads its prefix's keys/values through a gather, so the gradient of a shared prompt sums over its rows."""
+        p, lp, r, ls = prefix.shapes
+        n_p = p * lp
+
+        def split(a):
+            a = a[0]
+            return a[:n_p].reshape(p, lp, *a.shape[1:]), a[n_p:].reshape(r, ls, *a.shape[1:])
+
+        (qp, qs), (kp, ks), (vp, vs) = split(q), split(k), split(v)
+        qp, kp, vp = self._to_heads(qp, kp, vp)
+        qs, ks, vs = self._to_heads(qs, ks, vs)
+        out_p = self._from_heads(attend(qp, kp, vp, prefix.prefix_mask, self.dtype))
+        ks = jnp.concatenate([kp[prefix.index], ks], axis=-1)  # [R, KVH, D, Lp + Ls]
+        vs = jnp.concatenate([vp[prefix.index], vs], axis=-2)  # [R, KVH, Lp + Ls, D]
+        out_s = self._from_heads(attend(qs, ks, vs, prefix.suffix_mask, self.dtype))
+        return jnp.concatenate([out_p.reshape(n_p, -1), out_s.reshape(r * ls, -1)])[None]
 
 
 class MLP(nnx.Module):
@@ -304,8 +360,8 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, dtype=dt)
         self.mlp = MLP(cfg, rngs)
 
-    def __call__(self, x, positions, inv_freq, mask, kv=None, index=None):
-        h, kv = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask, kv, index)
+    def __call__(self, x, positions, inv_freq, mask, kv=None, index=None, prefix: Optional[SharedPrefix] = None):
+        h, kv = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask, kv, index, prefix)
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, kv
@@ -367,20 +423,14 @@ class Qwen2(nnx.Module):
         # A padding query has no visible key; the finite fill value keeps its softmax uniform, not NaN.
         x = self.embed_tokens(tokens)
         inv_freq = rope_inv_freq(cfg)
-        graphdef, layer_state = nnx.split(self.layers)
+        graphdef = nnx.graphdef(self.layers)
 
         def run_layer(x, params, kv):
             layer = nnx.merge(graphdef, params)
             return layer(x, positions, inv_freq, mask, kv, None if cache is None else cache.index)
 
         if cache is None and cfg.scan_layers:
-            body = lambda x, p: (run_layer(x, p, None)[0], None)  # noqa: E731
-            if cfg.remat:
-                body = jax.checkpoint(body)
-            elif cfg.scan_residuals == "matmuls":
-                body = jax.checkpoint(body, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
-            x, _ = jax.lax.scan(body, x, layer_state)
-            return self.norm(x), None
+            return self._scan_layers(x, lambda layer, x: layer(x, positions, inv_freq, mask)[0]), None
         # Unrolled: always with a cache (see KVCache), or when asked for. `layer_params` lets a decode loop
         # slice the stacked weights once, outside the loop, instead of once per step.
         if layer_params is None:
@@ -392,6 +442,55 @@ class Qwen2(nnx.Module):
                 ks.append(kv[0]), vs.append(kv[1])
         new_cache = None if cache is None else KVCache(tuple(ks), tuple(vs), valid, cache.index + t)
         return self.norm(x), new_cache
+
+    def _scan_layers(self, x, apply):
+        """x through the stacked layers under `lax.scan`; apply(layer, x) -> x runs one layer."""
+        cfg = self.config
+        graphdef, layer_state = nnx.split(self.layers)
+        body = lambda x, p: (apply(nnx.merge(graphdef, p), x), None)  # noqa: E731
+        if cfg.remat:
+            body = jax.checkpoint(body)
+        elif cfg.scan_residuals == "matmuls":
+            body = jax.checkpoint(body, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+        x, _ = jax.lax.scan(body, x, layer_state)
+        return self.norm(x)
+
+    def shared_prefix_hidden_states(self, prefix_tokens, prefix_positions, prefix_valid, index,
+                                    suffix_tokens, suffix_positions, suffix_valid):
+        """Final-norm hidden states of rows that continue shared prompts, each prompt computed once.
+
+        prefix_*: [P, Lp] right-padded prompts (valid: bool, True on real tokens); suffix_*: [R, Ls] the rows'
+        continuations (valid False on padding), row r continuing prefix `index[r]` (int32 [R]). Positions are
+        absolute (a suffix starts where its prefix ends). Returns (h_prefix [P, Lp, H], h_suffix [R, Ls, H]): the
+        same hidden states as `hidden_states` over each row's full sequence, with P x Lp + R x Ls tokens through
+        the matmuls instead of R x (Lp + Ls). Every token of the flat stream goes through one set of GEMMs."""
+        chex.assert_rank([prefix_tokens, prefix_positions, prefix_valid, suffix_tokens, suffix_positions,
+                          suffix_valid], 2)
+        chex.assert_equal_shape([prefix_tokens, prefix_positions, prefix_valid])
+        chex.assert_equal_shape([suffix_tokens, suffix_positions, suffix_valid])
+        p, lp = prefix_tokens.shape
+        r, ls = suffix_tokens.shape
+        chex.assert_shape(index, (r,))
+        causal_p = jnp.tril(jnp.ones((lp, lp), bool))
+        causal_s = jnp.tril(jnp.ones((ls, ls), bool))
+        layout = SharedPrefix(
+            index=index,
+            prefix_mask=causal_p[None] & prefix_valid[:, None, :],
+            suffix_mask=jnp.concatenate([jnp.broadcast_to(prefix_valid[index][:, None, :], (r, ls, lp)),
+                                         causal_s[None] & suffix_valid[:, None, :]], axis=-1))
+        flat = lambda a, b: jnp.concatenate([a.reshape(-1, *a.shape[2:]), b.reshape(-1, *b.shape[2:])])[None]  # noqa: E731
+        x = flat(self.embed_tokens(prefix_tokens), self.embed_tokens(suffix_tokens))
+        positions = flat(prefix_positions, suffix_positions)
+        inv_freq = rope_inv_freq(self.config)
+        apply = lambda layer, x: layer(x, positions, inv_freq, None, prefix=layout)[0]  # noqa: E731
+        if self.config.scan_layers:
+            h = self._scan_layers(x, apply)
+        else:
+            for params in self.unstack_layers():
+                x = apply(nnx.merge(nnx.graphdef(self.layers), params), x)
+            h = self.norm(x)
+        h = h[0]
+        return h[:p * lp].reshape(p, lp, -1), h[p * lp:].reshape(r, ls, -1)
 
     def unstack_layers(self) -> list:
         """Per-layer parameter states sliced from the stacked layers."""

@@ -31,6 +31,7 @@ from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size
+from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.rl.losses import needs_reference, sft_spec
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
@@ -65,6 +66,7 @@ class TrainerConfig:
     dynamic_sampling_max_rounds: int = 4  # extra sampling rounds per step before training on what there is
     logprob_chunk: Optional[int] = None  # time chunk for log-probs from hidden states (memory for big vocabs)
     head_at_trained_only: bool = True  # update: LM head only at trained positions (same loss, less compute)
+    share_prompts: bool = True  # update: a prompt shared by a group's rows goes through the model once (one device)
     seed: int = 0
     log_every: int = 1
     checkpoint_every: int = 50  # 0 = only at the end
@@ -255,11 +257,17 @@ class Trainer:
                       self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params)
         batch, method_metrics = self.method.build(ro, ctx)
         batch = pad_rows_to(batch, self._row_multiple, bucket=True)
-        scored = (scored_size(batch, c.micro_batches, self._row_groups) if c.head_at_trained_only else None)
         if self.mesh is not None:
+            # Rows split over batch shards there, and a shared prompt would cross them: the plain layout.
+            scored = scored_size(batch, c.micro_batches, self._row_groups) if c.head_at_trained_only else None
             batch = prules.shard_batch(batch, self.mesh)
         if self.ref_params is not None:
             batch = batch._replace(ref_logprobs=self._ref_logprobs(self.ref_params, batch))
+        if self.mesh is None:
+            if c.share_prompts:
+                batch = share_prefixes(jax.device_get(batch), c.micro_batches) or batch
+            rows = batch.rows if isinstance(batch, SharedPrefixBatch) else batch
+            scored = scored_size(rows, c.micro_batches) if c.head_at_trained_only else None
         t_build = time.perf_counter()
         params, opt_state = self.state.params, self.state.opt_state
         step = int(self.state.step) + 1
@@ -292,6 +300,9 @@ class Trainer:
                    "length/clipped_frac": float(np.mean([f == "length" for f in ro.finish])),
                    "time/sample_and_reward": t_sample - t0, "time/build": t_build - t_sample,
                    "time/update": t_update - t_build, "time/step": t_update - t0,
+                   "update/shared_prompts": float(isinstance(batch, SharedPrefixBatch)),
+                   "update/tokens": float(batch.tokens_through_model() if isinstance(batch, SharedPrefixBatch)
+                                          else batch.tokens.size),
                    "throughput/completion_tokens_per_s": float(lengths.sum() / (t_update - t0))}
         return metrics
 

@@ -11,6 +11,8 @@ import optax
 from flax import nnx
 
 from jaxrl_reason.rl.batch import TokenBatch, stack_micro_batches
+from jaxrl_reason.rl.prefix import SharedPrefixBatch
+from jaxrl_reason.rl.prefix import stack_micro_batches as stack_shared_micro_batches
 from jaxrl_reason.rl.losses import (TermSpec, align_to_targets, batch_counts, counts_metrics, finite_flags,
                                     next_token_targets, objective, safe_divide, selected_token_logprobs_from_hidden,
                                     token_logprobs_from_hidden, tree_is_finite)
@@ -23,7 +25,7 @@ class UpdateOutput(NamedTuple):
     finite: dict  # {term: bool}, plus "grads" and "scored_positions"; the update was applied only if all are True
 
 
-def model_logprobs(graphdef, params, batch: TokenBatch, *, chunk_size: Optional[int] = None,
+def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, chunk_size: Optional[int] = None,
                    scored: Optional[int] = None, row_groups: int = 1):
     """Per-token log-probs and entropy in TokenBatch layout, from final hidden states, never materialising more
     than a `chunk_size` slice of the [B, T, V] logits. Returns (log-probs, entropy, fits).
@@ -31,9 +33,12 @@ def model_logprobs(graphdef, params, batch: TokenBatch, *, chunk_size: Optional[
     scored: None runs the LM head at every position; an int runs it only at the positions whose target is trained
     (loss_mask != 0), at most `scored` of them per group of `row_groups` contiguous row blocks (see
     `rl.batch.scored_size`); the other positions read 0, which no loss term looks at. `fits` is False when a group
-    had more trained positions than `scored`."""
+    had more trained positions than `scored`. For a `SharedPrefixBatch` the layout is that of `batch.rows`."""
     model = nnx.merge(graphdef, params)
-    h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
+    if isinstance(batch, SharedPrefixBatch):
+        h, batch = _shared_prefix_hidden(model, batch), batch.rows
+    else:
+        h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
     if model.lm_head is None:
         w = model.embed_tokens.weight[...].astype(h.dtype).T
     else:
@@ -51,9 +56,20 @@ def model_logprobs(graphdef, params, batch: TokenBatch, *, chunk_size: Optional[
     return align_to_targets(lp), align_to_targets(ent), fits
 
 
-def _loss_fn(params, graphdef, mb: TokenBatch, counts, terms, chunk_size, scored, row_groups):
+def _shared_prefix_hidden(model, batch: SharedPrefixBatch):
+    """Hidden states [rows, 1 + suffix_time, H] of `batch.rows`; column 0's is its prefix's last one."""
+    rows = batch.rows
+    h_prefix, h_suffix = model.shared_prefix_hidden_states(
+        batch.prefix_tokens, batch.prefix_positions, batch.prefix_valid, batch.prefix_index,
+        rows.tokens[:, 1:], rows.positions[:, 1:], rows.segment_ids[:, 1:] != 0)
+    last = jnp.maximum(batch.prefix_valid.sum(axis=-1) - 1, 0)[batch.prefix_index]
+    return jnp.concatenate([h_prefix[batch.prefix_index, last][:, None], h_suffix], axis=1)
+
+
+def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups):
     lp, ent, fits = model_logprobs(graphdef, params, mb, chunk_size=chunk_size, scored=scored,
                                    row_groups=row_groups)
+    mb = mb.rows if isinstance(mb, SharedPrefixBatch) else mb
     loss, metrics = objective(lp, mb, terms, counts=counts, entropy=ent)
     # Sampler/trainer mismatch: |log pi_train - log pi_sampler| on sampled tokens (rows with old log-probs).
     sampled = mb.loss_mask * (mb.old_logprobs != 0)
@@ -77,9 +93,12 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
     the number of batch shards, so no gather crosses devices."""
 
     @functools.partial(jax.jit, donate_argnums=(0, 1), static_argnames=("scored",))
-    def update(params, opt_state, batch: TokenBatch, scored: Optional[int] = None) -> UpdateOutput:
-        counts = batch_counts(batch)
-        stacked = stack_micro_batches(batch, micro_batches)
+    def update(params, opt_state, batch: TokenBatch | SharedPrefixBatch, scored: Optional[int] = None
+               ) -> UpdateOutput:
+        if isinstance(batch, SharedPrefixBatch):
+            counts, stacked = batch_counts(batch.rows), stack_shared_micro_batches(batch, micro_batches)
+        else:
+            counts, stacked = batch_counts(batch), stack_micro_batches(batch, micro_batches)
         grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
         first = jax.tree.map(lambda x: x[0], stacked)
         _, metric_shapes = jax.eval_shape(
