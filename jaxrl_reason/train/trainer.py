@@ -261,11 +261,13 @@ class Trainer:
             # Rows split over batch shards there, and a shared prompt would cross them: the plain layout.
             scored = scored_size(batch, c.micro_batches, self._row_groups) if c.head_at_trained_only else None
             batch = prules.shard_batch(batch, self.mesh)
-        if self.ref_params is not None:
-            batch = batch._replace(ref_logprobs=self._ref_logprobs(self.ref_params, batch))
+        if self.mesh is None and c.share_prompts:
+            batch = share_prefixes(batch, c.micro_batches) or batch
+        if self.ref_params is not None:  # the reference forward shares the prompts too
+            ref = self._ref_logprobs(self.ref_params, batch)
+            batch = (batch._replace(rows=batch.rows._replace(ref_logprobs=ref))
+                     if isinstance(batch, SharedPrefixBatch) else batch._replace(ref_logprobs=ref))
         if self.mesh is None:
-            if c.share_prompts:
-                batch = share_prefixes(jax.device_get(batch), c.micro_batches) or batch
             rows = batch.rows if isinstance(batch, SharedPrefixBatch) else batch
             scored = scored_size(rows, c.micro_batches) if c.head_at_trained_only else None
         t_build = time.perf_counter()

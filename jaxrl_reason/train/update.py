@@ -138,7 +138,8 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size"))
-def reference_logprobs(graphdef, params, batch: TokenBatch, chunk_size: Optional[int] = None):
-    """log-probs of the batch's tokens under frozen `params` (TokenBatch layout), for the KL term."""
+def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, chunk_size: Optional[int] = None):
+    """log-probs of the batch's tokens under frozen `params` (TokenBatch layout; `batch.rows`' for a
+    SharedPrefixBatch), for the KL term."""
     lp, _, _ = model_logprobs(graphdef, params, batch, chunk_size=chunk_size)
     return lp
