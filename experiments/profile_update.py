@@ -1,7 +1,7 @@
 """Times the fused update alone on bench_train_step's workload, and optionally lists where XLA spends it.
 
-    python experiments/profile_update.py [--share-prompts 1|0] [--scan-residuals matmuls|all] [--scan-layers 1|0]
-                                         [--reps 5] [--ops 25]
+    python experiments/profile_update.py [--share-prompts 1|0] [--matmuls auto|eigen|ynn]
+                                         [--scan-residuals matmuls|all] [--scan-layers 1|0] [--reps 5] [--ops 25]
 
 Workload: bench_train_step's model (hidden 256, 4 layers, vocabulary 4,096, random weights, float32) and one
 GRPO batch of 64 rows (8 samples of 8 prompts; 16 prompt + 64 trained completion tokens), the PPO-clip term, AdamW. Prints the update's
@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--scan-residuals", default="matmuls", choices=("matmuls", "all"))
     ap.add_argument("--scan-layers", type=int, default=1, choices=(0, 1))
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--matmuls", default="auto", choices=("auto", "eigen", "ynn"),
+                    help="XLA:CPU matmul kernels of the update (train.update.training_compiler_options)")
     ap.add_argument("--share-prompts", type=int, default=1, choices=(0, 1),
                     help="1: each group's prompt goes through the model once (rl.prefix, the Trainer's default)")
     ap.add_argument("--ops", type=int, default=0, help="list the N costliest XLA ops of one profiled call")
@@ -78,7 +80,8 @@ def main():
     graphdef, params = nnx.split(make_model(vocab, scan_layers=bool(args.scan_layers),
                                             scan_residuals=args.scan_residuals))
     opt = make_optimizer(1e-6, total_steps=10)
-    update = make_update(graphdef, opt, (pg_spec(("solve",), aggregation="seq_mean_token_mean"),))
+    update = make_update(graphdef, opt, (pg_spec(("solve",), aggregation="seq_mean_token_mean"),),
+                         matmuls=args.matmuls)
     if args.share_prompts:
         batch = share_prefixes(batch)
     scored = scored_size(batch.rows if args.share_prompts else batch)
@@ -94,7 +97,7 @@ def main():
 
     once()
     times = [once() for _ in range(args.reps)]
-    print(f"update, {rows} x {prompt + completion} tokens, share_prompts={args.share_prompts}, "
+    print(f"update, {rows} x {prompt + completion} tokens, share_prompts={args.share_prompts}, matmuls={args.matmuls}, "
           f"scan_layers={args.scan_layers}, scan_residuals={args.scan_residuals}: " + ", ".join(f"{t:.3f}" for t in times)
           + f" s; median {statistics.median(times):.3f} s")
     if args.ops:

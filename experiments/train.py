@@ -213,7 +213,8 @@ def trainer_config(cfg):
         dynamic_sampling=r.dynamic_sampling, dynamic_sampling_max_rounds=r.dynamic_sampling_max_rounds,
         seed=cfg.seed, checkpoint_every=r.checkpoint_every, eval_every=r.eval_every,
         eval_batch_size=r.eval_batch_size, progress=r.progress,
-        logprob_chunk=r.get("logprob_chunk") or None)  # time chunk of the logits (large vocabularies)
+        logprob_chunk=r.get("logprob_chunk") or None,  # time chunk of the logits (large vocabularies)
+        share_prompts=r.get("share_prompts", True), update_matmuls=r.get("update_matmuls", "auto"))
 
 
 def plot_curves(history_path, out_png, before, after):

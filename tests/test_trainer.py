@@ -307,3 +307,30 @@ def test_scored_size_counts_the_fullest_group():
     assert scored_size(dense) is None  # every position trained: the plain head
     with pytest.raises(ValueError, match="micro_batches x row_groups"):
         scored_size(batch, 3)
+
+
+def test_update_matmul_kernels_option(tokenizer):
+    """The CPU update compiles its matmuls to XLA's own dot kernels ("eigen", the default there) or to YNNPACK
+    fusions ("ynn"); both compute the same update."""
+    import optax
+
+    from jaxrl_reason.train.update import training_compiler_options
+
+    with pytest.raises(ValueError, match="matmuls"):
+        training_compiler_options("fast")
+    assert training_compiler_options("ynn") == {}
+    assert training_compiler_options("auto") == training_compiler_options("eigen") != {}  # tests run on CPU
+    model = tiny_model(tokenizer)
+    graphdef, params = nnx.split(model)
+    batch = small_batch([1.0, -0.5, 0.25, 2.0])
+    opt = optax.sgd(1.0)
+    outs, kernels = [], []
+    for matmuls in ("eigen", "ynn"):
+        update = make_update(graphdef, opt, (pg_spec(("solve",)),), matmuls=matmuls)
+        hlo = update.lower(params, opt.init(params), batch).compile().as_text()
+        kernels.append("ynn_fusion" in hlo)
+        outs.append(update(jax.tree.map(jnp.copy, params), opt.init(params), batch))
+    assert kernels == [False, True]
+    np.testing.assert_allclose(float(outs[0].metrics["grad_norm"]), float(outs[1].metrics["grad_norm"]), rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(outs[0].params), jax.tree.leaves(outs[1].params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)

@@ -138,6 +138,12 @@ class KVCache(NamedTuple):
                        tuple(jnp.zeros((batch, nkv, slots, d), dtype) for _ in range(n)),
                        jnp.zeros((batch, slots), bool), jnp.zeros((), jnp.int32))
 
+    def grow(self, slots: int) -> "KVCache":
+        """The same cache with `slots` more (empty, invalid) slots at the end."""
+        pad = lambda a, axis: jnp.pad(a, [(0, slots if i == axis else 0) for i in range(a.ndim)])  # noqa: E731
+        return KVCache(tuple(pad(k, 3) for k in self.k), tuple(pad(v, 2) for v in self.v), pad(self.valid, 1),
+                       self.index)
+
     def repeat(self, n: int) -> "KVCache":
         """Each row repeated n times (row-major): the shared prefill of n samples of one prompt."""
         rep = lambda a: jnp.repeat(a, n, axis=0)

@@ -67,6 +67,7 @@ class TrainerConfig:
     logprob_chunk: Optional[int] = None  # time chunk for log-probs from hidden states (memory for big vocabs)
     head_at_trained_only: bool = True  # update: LM head only at trained positions (same loss, less compute)
     share_prompts: bool = True  # update: a prompt shared by a group's rows goes through the model once (one device)
+    update_matmuls: str = "auto"  # XLA:CPU matmul kernels of the one-device update: auto | eigen | ynn (see update.py)
     seed: int = 0
     log_every: int = 1
     checkpoint_every: int = 50  # 0 = only at the end
@@ -150,7 +151,8 @@ class Trainer:
                                         clip_norm=config.clip_norm)
         update_kw = dict(micro_batches=config.micro_batches, logprob_chunk=config.logprob_chunk)
         if mesh is None:
-            self.update = make_update(self.graphdef, self.optimizer, self.terms, **update_kw)
+            self.update = make_update(self.graphdef, self.optimizer, self.terms, matmuls=config.update_matmuls,
+                                      **update_kw)
             self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
             self.state = init_state(params, self.optimizer, config.seed)
             self._ref_logprobs = functools.partial(reference_logprobs, self.graphdef, chunk_size=config.logprob_chunk)

@@ -81,8 +81,25 @@ def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups
     return loss, metrics
 
 
+def training_compiler_options(matmuls: str = "auto") -> dict:
+    """XLA compile options for a training forward/backward.
+
+    matmuls: "eigen" compiles XLA:CPU's matmuls to its own dot kernels instead of YNNPACK fusions, "ynn" keeps
+    XLA's default, "auto" is "eigen" on CPU and nothing elsewhere. On the 2-core benchmark machine the update of
+    `bench_train_step.py` ran ~15% faster with "eigen" (`python experiments/profile_update.py --matmuls
+    eigen|ynn`), while the sampler's decode-sized matmuls are faster with YNNPACK: so the option is per jitted
+    function, not a process-wide XLA_FLAGS. Not applied by `parallel.rules.make_sharded_update` (its outer jit
+    compiles the update with XLA's defaults)."""
+    if matmuls not in ("auto", "eigen", "ynn"):
+        raise ValueError(f"matmuls must be 'auto', 'eigen' or 'ynn', got {matmuls!r}")
+    if matmuls == "ynn" or (matmuls == "auto" and jax.default_backend() != "cpu"):
+        return {}
+    return {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
 def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[TermSpec, ...], *,
-                micro_batches: int = 1, logprob_chunk: Optional[int] = None, row_groups: int = 1) -> Callable:
+                micro_batches: int = 1, logprob_chunk: Optional[int] = None, row_groups: int = 1,
+                matmuls: str = "auto") -> Callable:
     """Returns jitted `update(params, opt_state, batch, scored=None) -> UpdateOutput`. `batch` rows must divide
     into `micro_batches` (see `rl.batch.pad_rows_to`). params and opt_state are donated.
 
@@ -90,9 +107,10 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
     row_groups)` computes it only where a loss reads it (same result, less work when rows train on a fraction of
     their tokens). An undersized `scored` is refused like a non-finite loss (flag "scored_positions").
     row_groups: contiguous row blocks per micro-batch that gather their scored positions separately; on a mesh
-    the number of batch shards, so no gather crosses devices."""
+    the number of batch shards, so no gather crosses devices. matmuls: see `training_compiler_options`."""
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1), static_argnames=("scored",))
+    @functools.partial(jax.jit, donate_argnums=(0, 1), static_argnames=("scored",),
+                       compiler_options=training_compiler_options(matmuls))
     def update(params, opt_state, batch: TokenBatch | SharedPrefixBatch, scored: Optional[int] = None
                ) -> UpdateOutput:
         if isinstance(batch, SharedPrefixBatch):
