@@ -12,7 +12,9 @@ Attention works in two modes with one code path:
 - training / scoring: `model(tokens, positions, segment_ids)` — causal attention inside each segment
   (segment 0 is padding), so packed rows and left- or right-padding all work;
 - sampling: `model(tokens, positions, segment_ids, cache=cache)` writes the new keys/values into the
-  cache at `cache.index` and attends to every valid cache slot at or before the query's own slot.
+  cache at `cache.index` and attends to every valid cache slot at or before the query's own slot;
+- shared prompts: `model.shared_prefix_hidden_states(...)` runs prompts once and the rows that continue them
+  as one flat token stream (`SharedPrefix` says which row reads which prompt's keys/values).
 """
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size
-from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.rl.losses import needs_reference, sft_spec
+from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
 from jaxrl_reason.train.metrics import MetricsWriter, progress_bar
@@ -263,7 +263,7 @@ class Trainer:
             # Rows split over batch shards there, and a shared prompt would cross them: the plain layout.
             scored = scored_size(batch, c.micro_batches, self._row_groups) if c.head_at_trained_only else None
             batch = prules.shard_batch(batch, self.mesh)
-        if self.mesh is None and c.share_prompts:
+        elif c.share_prompts:
             batch = share_prefixes(batch, c.micro_batches) or batch
         if self.ref_params is not None:  # the reference forward shares the prompts too
             ref = self._ref_logprobs(self.ref_params, batch)
