@@ -296,10 +296,13 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
     count that divides data x fsdp (bucketed batches change shape between steps), checked by jit at call time.
     Returns `(update, param_shardings, opt_shardings, batch_shardings)`.
     """
-    from jaxrl_reason.train.update import UpdateOutput, make_update
+    from jaxrl_reason.train.update import UpdateOutput, make_update, training_compiler_options
 
     update_kw.setdefault("row_groups", batch_shards(mesh))
-    inner = make_update(graphdef, optimizer, terms, **update_kw)
+    # Compile options belong to the outermost jit (JAX refuses them on a nested one). XLA's default matmul
+    # kernels unless asked: the "eigen" choice was measured on one device only.
+    matmuls = update_kw.pop("matmuls", "ynn")
+    inner = make_update(graphdef, optimizer, terms, matmuls="ynn", **update_kw)
     ps = tree_shardings(params, mesh, rules)
     os_ = tree_shardings(opt_state, mesh, rules)
     # A single sharding is a pytree prefix for the whole batch: every field split by rows, whatever its rank.
@@ -307,7 +310,8 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
     rep = NamedSharding(mesh, P())
     # `scored` is static and positional: jit takes no keyword arguments once in_shardings is given.
     jitted = jax.jit(lambda p, o, b, scored: inner(p, o, b, scored=scored), in_shardings=(ps, os_, bs),
-                     out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1), static_argnums=(3,))
+                     out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1), static_argnums=(3,),
+                     compiler_options=training_compiler_options(matmuls))
 
     def update(params, opt_state, batch, scored=None):
         return jitted(params, opt_state, batch, scored)

@@ -88,8 +88,7 @@ def training_compiler_options(matmuls: str = "auto") -> dict:
     XLA's default, "auto" is "eigen" on CPU and nothing elsewhere. On the 2-core benchmark machine the update of
     `bench_train_step.py` ran ~15% faster with "eigen" (`python experiments/profile_update.py --matmuls
     eigen|ynn`), while the sampler's decode-sized matmuls are faster with YNNPACK: so the option is per jitted
-    function, not a process-wide XLA_FLAGS. Not applied by `parallel.rules.make_sharded_update` (its outer jit
-    compiles the update with XLA's defaults)."""
+    function, not a process-wide XLA_FLAGS. `parallel.rules.make_sharded_update` defaults to "ynn"."""
     if matmuls not in ("auto", "eigen", "ynn"):
         raise ValueError(f"matmuls must be 'auto', 'eigen' or 'ynn', got {matmuls!r}")
     if matmuls == "ynn" or (matmuls == "auto" and jax.default_backend() != "cpu"):
