@@ -4,10 +4,11 @@
                                          [--scan-residuals matmuls|all] [--scan-layers 1|0] [--reps 5] [--ops 25]
 
 Workload: bench_train_step's model (hidden 256, 4 layers, vocabulary 4,096, random weights, float32) and one
-GRPO batch of 64 rows (8 samples of 8 prompts; 16 prompt + 64 trained completion tokens), the PPO-clip term, AdamW. Prints the update's
-seconds for `--reps` calls after one compile call and their median. With `--ops N`, one more call runs under
-`jax.profiler.trace` and the N largest XLA ops by total duration are listed (the weight matmuls are XLA:CPU's
-`ynn_fusion` kernels, summed into one line).
+GRPO batch of 64 rows (8 samples of 8 prompts; 16 prompt + 64 trained completion tokens), the PPO-clip term,
+AdamW. Prints the update's seconds for `--reps` calls after one compile call and their median. With `--ops N`, one
+more call runs under `jax.profiler.trace` and the N largest XLA ops by total duration are listed (with
+`--matmuls ynn` the weight matmuls are XLA:CPU's `ynn_fusion` kernels, summed into one line; with the CPU default
+"eigen" they run inside XLA's own dot thunks, which the trace attributes less completely).
 """
 from __future__ import annotations
 
@@ -97,9 +98,9 @@ def main():
 
     once()
     times = [once() for _ in range(args.reps)]
-    print(f"update, {rows} x {prompt + completion} tokens, share_prompts={args.share_prompts}, matmuls={args.matmuls}, "
-          f"scan_layers={args.scan_layers}, scan_residuals={args.scan_residuals}: " + ", ".join(f"{t:.3f}" for t in times)
-          + f" s; median {statistics.median(times):.3f} s")
+    print(f"update, {rows} x {prompt + completion} tokens, share_prompts={args.share_prompts}, "
+          f"matmuls={args.matmuls}, scan_layers={args.scan_layers}, scan_residuals={args.scan_residuals}: "
+          + ", ".join(f"{t:.3f}" for t in times) + f" s; median {statistics.median(times):.3f} s")
     if args.ops:
         with tempfile.TemporaryDirectory() as d:
             p, o = copy(params), copy(opt_state)
