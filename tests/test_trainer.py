@@ -334,3 +334,21 @@ def test_update_matmul_kernels_option(tokenizer):
     np.testing.assert_allclose(float(outs[0].metrics["grad_norm"]), float(outs[1].metrics["grad_norm"]), rtol=1e-5)
     for a, b in zip(jax.tree.leaves(outs[0].params), jax.tree.leaves(outs[1].params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_reference_logprobs_at_trained_positions_only(tokenizer):
+    """The KL reference forward with the LM head only where the loss reads it: the same log-probs there, 0
+    elsewhere, and NaN (refused by the update as a non-finite KL) when `scored` is too small."""
+    from jaxrl_reason.train.update import reference_logprobs
+
+    model = tiny_model(tokenizer)
+    graphdef, params = nnx.split(model)
+    batch = mixed_solve_verify_batch()
+    scored = scored_size(batch)
+    assert scored is not None
+    full = np.asarray(reference_logprobs(graphdef, params, batch))
+    part = np.asarray(reference_logprobs(graphdef, params, batch, scored=scored))
+    mask = batch.loss_mask != 0
+    np.testing.assert_allclose(part[mask], full[mask], atol=1e-6)
+    assert np.all(part[~mask] == 0) and np.any(full[~mask] != 0)
+    assert np.isnan(np.asarray(reference_logprobs(graphdef, params, batch, scored=2))).all()

@@ -265,13 +265,16 @@ class Trainer:
             batch = prules.shard_batch(batch, self.mesh)
         elif c.share_prompts:
             batch = share_prefixes(batch, c.micro_batches) or batch
-        if self.ref_params is not None:  # the reference forward shares the prompts too
-            ref = self._ref_logprobs(self.ref_params, batch)
-            batch = (batch._replace(rows=batch.rows._replace(ref_logprobs=ref))
-                     if isinstance(batch, SharedPrefixBatch) else batch._replace(ref_logprobs=ref))
         if self.mesh is None:
             rows = batch.rows if isinstance(batch, SharedPrefixBatch) else batch
             scored = scored_size(rows, c.micro_batches) if c.head_at_trained_only else None
+        if self.ref_params is not None:  # the reference forward shares the prompts too
+            if self.mesh is None:  # and runs its LM head where the KL term reads it
+                ref = self._ref_logprobs(self.ref_params, batch, scored=scored)
+            else:
+                ref = self._ref_logprobs(self.ref_params, batch)
+            batch = (batch._replace(rows=batch.rows._replace(ref_logprobs=ref))
+                     if isinstance(batch, SharedPrefixBatch) else batch._replace(ref_logprobs=ref))
         t_build = time.perf_counter()
         params, opt_state = self.state.params, self.state.opt_state
         step = int(self.state.step) + 1

@@ -154,9 +154,11 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
     return update
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size"))
-def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, chunk_size: Optional[int] = None):
+@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size", "scored"))
+def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, chunk_size: Optional[int] = None,
+                       scored: Optional[int] = None):
     """log-probs of the batch's tokens under frozen `params` (TokenBatch layout; `batch.rows`' for a
-    SharedPrefixBatch), for the KL term."""
-    lp, _, _ = model_logprobs(graphdef, params, batch, chunk_size=chunk_size)
-    return lp
+    SharedPrefixBatch), for the KL term. scored: as in `make_update` -- the LM head only at trained positions
+    (0 elsewhere); an undersized `scored` gives NaN everywhere, which the update then refuses as a non-finite KL."""
+    lp, _, fits = model_logprobs(graphdef, params, batch, chunk_size=chunk_size, scored=scored)
+    return jnp.where(fits, lp, jnp.nan)
