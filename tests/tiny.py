@@ -18,3 +18,19 @@ def tiny_model(tokenizer, seed=0, max_positions=512):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
                       tie_word_embeddings=True, rope_theta=10000.0)
     return init_model(cfg, seed=seed)
+
+
+def assert_same_update(out, ref, params_before, keys, *, rtol, atol):
+    """`out` (an UpdateOutput) equals `ref` on the metrics `keys` and on every parameter, and `ref` really moved
+    the parameters away from `params_before` (so the comparison is not vacuous)."""
+    import jax
+    import numpy as np
+
+    assert all(bool(v) for v in out.finite.values())
+    for k in keys:
+        np.testing.assert_allclose(float(out.metrics[k]), float(ref.metrics[k]), rtol=rtol, err_msg=k)
+    moved = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                for a, b in zip(jax.tree.leaves(ref.params), jax.tree.leaves(params_before)))
+    assert moved > 1e-3
+    for a, b in zip(jax.tree.leaves(out.params), jax.tree.leaves(ref.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol)
