@@ -77,6 +77,9 @@ def main():
     p.add_argument("--holdout", type=float, default=0.2, help="share of questions held out for the accuracy")
     p.add_argument("--balance", default="subsample", choices=("subsample", "per_question"),
                    help="class balance of the warm-up rows: over all rows, or within each question")
+    p.add_argument("--contrast", default="none", choices=("none", "slips"),
+                   help="slips: also train on each warm-up question's worked solution (Yes) next to a copy with one "
+                        "slip (No; data.arithmetic.slipped_example_solution)")
     p.add_argument("--errors", action="store_true", help="also sort the wrong samples by kind (arithmetic task)")
     p.add_argument("--vote-questions", type=int, default=0,
                    help="after the warm-up, also sample --vote-n solutions for this many held-out questions and "
@@ -148,7 +151,7 @@ def main():
                             lr=args.verify_lr, samples_per_question=args.samples,
                             max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature,
                             holdout_frac=args.holdout, seed=cfg.seed, progress=False, prompt_fn=prompt_fn,
-                            balance=args.balance)
+                            balance=args.balance, contrast_fn=train_script.verify_contrast_fn(cfg, args.contrast))
         nll = [h["verify_warmup/nll"] for h in res["history"]]
         tenth = max(1, len(nll) // 10)
         curve = " ".join(f"{sum(nll[i:i + tenth]) / len(nll[i:i + tenth]):.2f}" for i in range(0, len(nll), tenth))
@@ -161,7 +164,7 @@ def main():
         rows.append((tag, sft_s, greedy, res, curve, probe_s, vote))
         print(f"[{tag}] done", flush=True)
 
-    print(f"\nverification probe ({args.balance} balance): {args.verify_questions} questions x {args.samples} "
+    print(f"\nverification probe ({args.balance} balance, contrast {args.contrast}): {args.verify_questions} questions x {args.samples} "
           f"samples at T {temperature}, "
           f"{args.verify_steps} steps at lr {args.verify_lr}, {args.holdout:.0%} of questions held out\n")
     print("| policy | greedy held-out acc | correct samples | train rows | held-out rows | bal. acc before | "

@@ -10,6 +10,7 @@ A workdir that already holds a run resumes it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -258,9 +259,30 @@ def check_verify_warmup(cfg) -> None:
     if s.steps <= 0:
         raise ValueError("config sft.verify_steps > 0 needs the SFT warm-up (sft.steps > 0): the verification "
                          "warm-up runs right after it, on its questions")
+    verify_contrast_fn(cfg)
     if not 0 < s.verify_questions <= s.examples:
         raise ValueError(f"config sft.verify_questions={s.verify_questions} must be in [1, sft.examples={s.examples}]; "
                          "the verification warm-up samples on warm-up questions only (RL's are kept unseen)")
+
+
+def verify_contrast_fn(cfg, contrast: str = ""):
+    """`sft.verify_contrast` (or `contrast`) as the warm-up's `contrast_fn`: None for "none", the data source's
+    one-slip copies of worked solutions for "slips" (arithmetic only)."""
+    contrast = contrast or cfg.sft.get("verify_contrast", "none")
+    if contrast == "none":
+        return None
+    if contrast != "slips":
+        raise ValueError(f"config sft.verify_contrast={contrast!r} is unknown; use none | slips")
+    if cfg.data.source != "arithmetic":
+        raise ValueError(f"config sft.verify_contrast='slips' needs data.source='arithmetic' (its worked solutions "
+                         f"get one slip each), got {cfg.data.source!r}; set sft.verify_contrast='none'")
+    style = cfg.data.get("solution_style", "columns")
+    if style not in ("compact", "rewrite"):
+        raise ValueError(f"config sft.verify_contrast='slips' needs data.solution_style 'compact' or 'rewrite', got "
+                         f"{style!r}")
+    from jaxrl_reason.data.arithmetic import slipped_example_solution
+
+    return functools.partial(slipped_example_solution, style=style)
 
 
 def run_verify_warmup(cfg, model, tokenizer, train, reward_fn, prompt_fn, workdir) -> dict:
@@ -275,14 +297,14 @@ def run_verify_warmup(cfg, model, tokenizer, train, reward_fn, prompt_fn, workdi
     res = verify_warmup(model, tokenizer, train[:s.verify_questions], reward_fn, steps=s.verify_steps,
                         batch_size=s.verify_batch_size, solve_batch_size=s.verify_solve_rows, lr=s.verify_lr,
                         samples_per_question=s.verify_samples, max_new_tokens=cfg.rl.max_new_tokens,
-                        balance=s.get("verify_balance", "subsample"),
+                        balance=s.get("verify_balance", "subsample"), contrast_fn=verify_contrast_fn(cfg),
                         temperature=cfg.rl.temperature, seed=cfg.seed, progress=cfg.rl.progress, writer=writer,
                         prompt_fn=prompt_fn)
     writer.close()
     res.pop("history")
     res["seconds"] = time.time() - t
     b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
-    print(f"verification warm-up: {res['rows']} self-labelled rows; held-out balanced accuracy {b:.1%} -> {a:.1%}")
+    print(f"verification warm-up: {res['rows']} self-labelled + {res['contrast_rows']} contrast rows; held-out balanced accuracy {b:.1%} -> {a:.1%}")
     return res
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,8 @@ import pytest
 
 from jaxrl_reason.data.arithmetic import (ArithmeticConfig, arithmetic_example, arithmetic_examples,
                                           column_addition, column_subtraction, compact_solution,
-                                          long_multiplication, rewrite_solution, worked_solution)
+                                          long_multiplication, rewrite_solution, slipped_example_solution,
+                                          slipped_solution, worked_solution)
 from jaxrl_reason.data.datasets import (DataIterator, DatasetFormatError, Example, FieldSpec, dedupe, epoch_order,
                                         gsm8k_final_answer, load_examples, load_hf_disk, load_jsonl, load_parquet,
                                         split_train_heldout, write_jsonl)
@@ -322,6 +324,52 @@ def test_arithmetic_answers_are_correct(config):
         assert int(ex.answer) == eval(expression)  # Python's precedence is the one the solutions follow
         assert extract_boxed(ex.solution) == ex.answer
         assert ex.solution.rstrip().endswith(f"\\boxed{{{ex.answer}}}.")
+
+
+@pytest.mark.parametrize("style", ["compact", "rewrite"])
+@pytest.mark.parametrize("kinds", [("result",), ("operand",), ("result", "operand")])
+def test_slipped_solution_has_one_wrong_step_and_is_consistent_after_it(style, kinds):
+    """A contrast negative differs from the worked solution in one step and everything that step feeds, its
+    answer is wrong, and every other line is arithmetic done right on the values it shows."""
+    config = ArithmeticConfig(max_digits=2, min_operands=2, max_operands=5, operations=("+", "-", "*"),
+                              solution_style=style)
+    rng = np.random.default_rng(3)
+    step_re = re.compile(r"^(\(?-?\d+\)?) ([-+*]) (\(?-?\d+\)?) = (-?\d+)$")
+    for ex in arithmetic_examples(200, seed=4, config=config):
+        text = slipped_example_solution(ex, rng, style=style, kinds=kinds)
+        assert text != ex.solution
+        boxed = extract_boxed(text)
+        assert boxed is not None and int(boxed) != int(ex.answer)
+        got, want = text.splitlines(), ex.solution.splitlines()
+        assert len(got) == len(want)  # same steps: one value is wrong, nothing is added or dropped
+        if style == "compact":
+            steps = [[int(x.strip("()")) if i != 1 else x for i, x in enumerate(step_re.match(ln).groups())]
+                     for ln in got[:-1]]
+            refs = [[int(x.strip("()")) if i != 1 else x for i, x in enumerate(step_re.match(ln).groups())]
+                    for ln in want[:-1]]
+            wrong_results = [k for k, (a, op, b, r) in enumerate(steps)
+                             if r != {"+": a + b, "-": a - b, "*": a * b}[op]]
+            first = next(k for k, (s, ref) in enumerate(zip(steps, refs)) if s != ref)
+            copied = (steps[first][0] != refs[first][0]) + (steps[first][2] != refs[first][2])
+            if wrong_results:  # a result slip: one wrong sum, on operands copied right
+                assert "result" in kinds and wrong_results == [first] and copied == 0, (ex.solution, text)
+            else:  # an operand slip: one operand off, every step's arithmetic right
+                assert "operand" in kinds and copied == 1, (ex.solution, text)
+            assert steps[-1][3] == int(boxed)
+
+
+def test_slipped_solution_rejects_what_it_cannot_slip():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="style"):
+        slipped_solution([1, 2], ["+"], rng, style="columns")
+    with pytest.raises(ValueError, match="at least one operation"):
+        slipped_solution([7], [], rng)
+    with pytest.raises(ValueError, match="kinds"):
+        slipped_solution([1, 2], ["+"], rng, kinds=("sign",))
+    with pytest.raises(ValueError, match="could not place a slip"):
+        slipped_solution([0, 0], ["*"], rng, kinds=("operand",))  # 0 * 0: a one-digit copy slip leaves 0
+    with pytest.raises(ValueError, match="meta"):
+        slipped_example_solution(Example("What is 1 + 2?", "3", "x"), rng)
 
 
 def test_arithmetic_is_deterministic_and_indexable():

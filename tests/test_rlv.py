@@ -156,6 +156,51 @@ def test_verify_warmup_teaches_the_verdict_on_self_labelled_samples(tokenizer):
     assert len(res["history"]) == 80 and res["history"][-1]["verify_warmup/nll"] < res["history"][0]["verify_warmup/nll"]
 
 
+@pytest.mark.slow
+def test_verify_warmup_contrast_pairs_teach_what_self_labels_cannot(tokenizer):
+    """Self-labelled rows here say "has a digit -> Yes"; the contrast pairs add (worked solution, Yes) beside a
+    copy marked wrong by "!" line ends (No). With them the verifier tells a held-out question's marked copy from its
+    solution; without them it cannot (both have digits)."""
+    from jaxrl_reason.rewards.base import RewardResult
+    from jaxrl_reason.train.verify_warmup import verify_warmup
+
+    def reward(texts, examples):
+        return RewardResult(np.array([any(c.isdigit() for c in t) for t in texts], np.float32), [{}] * len(texts))
+
+    def marked(e, rng):
+        return "\n".join(line + " !" for line in e.solution.splitlines())
+
+    ex = arithmetic_examples(96, seed=11, config=ARITH)
+    heldout = arithmetic_examples(24, seed=12, config=ARITH)
+    margins = {}
+    for name, fn in (("contrast", marked), ("self-labelled only", None)):
+        model = tiny_model(tokenizer, seed=4)
+        res = verify_warmup(model, tokenizer, ex, reward, steps=60, batch_size=32, solve_batch_size=0, lr=1e-2,
+                            samples_per_question=4, max_new_tokens=4, temperature=1.0, holdout_frac=0.25, seed=0,
+                            progress=False, contrast_fn=fn)
+        if fn is None:
+            assert res["contrast_rows"] == 0
+        else:
+            assert 0 < res["contrast_rows"] <= 2 * len(ex) and res["contrast_rows"] % 2 == 0
+        qs = [e.question for e in heldout]
+        right = score(model, tokenizer, qs, [e.solution for e in heldout], normalize=True)
+        wrong = score(model, tokenizer, qs, [marked(e, None) for e in heldout], normalize=True)
+        margins[name] = float(np.mean(right - wrong))
+    assert margins["contrast"] > 0.3 and margins["self-labelled only"] < 0.15, margins
+
+
+def test_verify_warmup_contrast_needs_worked_solutions(tokenizer):
+    from jaxrl_reason.rewards.base import RewardResult
+    from jaxrl_reason.data.datasets import Example
+    from jaxrl_reason.train.verify_warmup import verify_warmup
+
+    half = lambda texts, ex: RewardResult(np.arange(len(texts)) % 2 == 0, [{}] * len(texts))  # noqa: E731
+    ex = [Example(e.question, e.answer, e.id) for e in arithmetic_examples(8, seed=11, config=ARITH)]
+    with pytest.raises(ValueError, match="worked solution"):
+        verify_warmup(tiny_model(tokenizer), tokenizer, ex, half, steps=2, max_new_tokens=4, solve_batch_size=0,
+                      progress=False, contrast_fn=lambda e, rng: "x")
+
+
 def test_verify_warmup_refuses_a_single_class(tokenizer):
     from jaxrl_reason.rewards.base import RewardResult
     from jaxrl_reason.train.verify_warmup import verify_warmup

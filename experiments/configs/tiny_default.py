@@ -64,6 +64,8 @@ def get_config():
     c.sft.verify_solve_rows = 8  # worked-solution rows per step alongside them (keeps the solving skill)
     c.sft.verify_lr = 1e-3
     c.sft.verify_balance = "subsample"  # subsample: class balance over all rows | per_question: within each question
+    # none | slips: also train on each warm-up question's worked solution ("Yes") beside a copy with one slip ("No")
+    c.sft.verify_contrast = "none"
 
     c.method = ml_collections.ConfigDict()
     c.method.name = "grpo"  # grpo | rlv | cure

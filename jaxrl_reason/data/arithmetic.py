@@ -258,6 +258,84 @@ SOLUTION_STYLES = {"columns": worked_solution, "compact": compact_solution, "rew
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Solutions with one slip: contrast negatives for a verifier
+# ----------------------------------------------------------------------------------------------------------------
+SLIP_KINDS = ("result", "operand")
+_SLIP_DELTAS = (-10, -3, -2, -1, 1, 2, 3, 10)  # carry slips (+-10) and near misses, as tiny policies make them
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def slipped_solution(operands: Sequence[int], ops: Sequence[str], rng: np.random.Generator, *,
+                     style: str = "compact", kinds: Sequence[str] = SLIP_KINDS) -> tuple[str, int]:
+    """A worked solution in `style` with exactly one slip, carried on *consistently* from the wrong value -- the
+    way a policy errs (on the CPU default 94% of wrong samples had one wrong sum in a step, 6% a miscopied
+    operand) -- so the text is wrong only where the slip is, and the boxed answer is wrong.
+
+    kinds: the slips to draw from -- "result" (a step's result off by one of +-1, +-2, +-3, +-10) and/or
+    "operand" (one operand of a step copied off by one of those, the result then computed from the copy).
+    Returns (text, wrong value). Needs at least one operation. Styles "compact" and "rewrite" only: the column
+    algorithms of "columns" write sub-steps that one wrong value would not change consistently."""
+    if style not in ("compact", "rewrite"):
+        raise ValueError(f"slipped_solution supports style 'compact' or 'rewrite', got {style!r}")
+    if len(ops) != len(operands) - 1 or not ops:
+        raise ValueError(f"slipped_solution needs at least one operation and len(ops) == len(operands) - 1, got "
+                         f"{len(ops)} ops for {len(operands)} operands.")
+    bad = [k for k in kinds if k not in SLIP_KINDS]
+    if bad or not kinds:
+        raise ValueError(f"slipped_solution kinds must be a non-empty subset of {SLIP_KINDS}, got {tuple(kinds)}")
+    _, true_value = compact_solution(operands, ops)
+    for _ in range(100):
+        # A draw is rejected when the slip vanishes (`* 0` hides a wrong operand, a later `* 0` a wrong result),
+        # flips a sign or changes an operand's digit count (those read as other kinds of error).
+        at, kind = int(rng.integers(len(ops))), kinds[int(rng.integers(len(kinds)))]
+        delta = int(_SLIP_DELTAS[int(rng.integers(len(_SLIP_DELTAS)))])
+        values, pending = list(operands), list(ops)
+        lines = [_render(values, pending)] if style == "rewrite" else []
+        for step in range(len(ops)):
+            i = pending.index("*") if "*" in pending else 0
+            a, b, op = values[i], values[i + 1], pending[i]
+            if step == at and kind == "operand":
+                side = i + int(rng.integers(2))  # either operand can be copied off
+                x = values[side]
+                if (x + delta < 0) != (x < 0) or len(str(abs(x + delta))) != len(str(abs(x))):
+                    break
+                values[side] = x + delta
+                a, b = values[i], values[i + 1]
+            r = _apply(a, op, b)
+            if step == at and kind == "result":
+                if (r + delta < 0) != (r < 0):
+                    break
+                r += delta
+            if style == "compact":
+                lines.append(f"{_fmt(a)} {op} {_fmt(b)} = {r}")
+            values[i:i + 2] = [r]
+            del pending[i]
+            if style == "rewrite":
+                lines.append("= " + _render(values, pending))
+        else:
+            if values[0] != true_value:
+                lines.append(f"The answer is \\boxed{{{values[0]}}}.")
+                return "\n".join(lines), values[0]
+    raise ValueError(f"slipped_solution could not place a slip that changes the answer of {_render(operands, ops)} "
+                     f"with kinds {tuple(kinds)}")
+
+
+def slipped_example_solution(example: Example, rng: np.random.Generator, *, style: str = "compact",
+                             kinds: Sequence[str] = SLIP_KINDS) -> str:
+    """`slipped_solution` for a generated arithmetic `Example` (its `meta["expression"]`): a contrast negative
+    for the same question as `example.solution`."""
+    expression = example.meta.get("expression") if example.meta else None
+    if not expression:
+        raise ValueError(f"example {example.id!r} has no meta['expression']; slipped solutions need generated "
+                         "arithmetic examples")
+    operands, ops = _parse_expression(expression)
+    return slipped_solution(operands, ops, rng, style=style, kinds=kinds)[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The generator
 # ----------------------------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
