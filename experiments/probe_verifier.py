@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import re
 import sys
@@ -62,6 +63,50 @@ def error_table(questions, solutions, labels, samples_per_question: int) -> dict
     return {"kinds": dict(kinds), "questions_with_2plus_wrong": dict(repeats)}
 
 
+def nll_by_tenth(history) -> str:
+    nll = [h["verify_warmup/nll"] for h in history]
+    tenth = max(1, len(nll) // 10)
+    return " ".join(f"{sum(nll[i:i + tenth]) / len(nll[i:i + tenth]):.2f}" for i in range(0, len(nll), tenth))
+
+
+def cut_after_slip(right: str, slipped: str) -> tuple[str, str]:
+    """Both solutions up to and including the first line where they differ."""
+    a, b = right.splitlines(), slipped.splitlines()
+    k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    return "\n".join(a[:k + 1]), "\n".join(b[:k + 1])
+
+
+def pairs_only(model, tokenizer, cfg, examples, heldout, args, prompt_fn):
+    """--pairs-only: the verdict trained on contrast pairs alone; -> (before, after, train rows, NLL curve, s)."""
+    import numpy as np
+
+    from jaxrl_reason.data.arithmetic import slipped_example_solution
+    from jaxrl_reason.inference.verifier import verifier_accuracy, verify_rows
+    from jaxrl_reason.train.verify_warmup import contrast_pairs, train_verdicts
+
+    if cfg.data.source != "arithmetic":
+        raise SystemExit("--pairs-only needs the arithmetic task (its worked solutions get one slip each)")
+    rng = np.random.default_rng([cfg.seed, 0x9A1E])
+    slip = functools.partial(slipped_example_solution, style=cfg.data.solution_style,
+                             kinds=tuple(args.slip_kinds.split(",")))
+
+    def pairs(exs):
+        q, s, lab = contrast_pairs(exs, slip, rng)
+        if args.cut_at_slip:
+            for i in range(0, len(s), 2):
+                s[i], s[i + 1] = cut_after_slip(s[i], s[i + 1])
+        return q, s, lab
+    t = time.time()
+    hq, hs, hl = pairs(heldout)
+    before = verifier_accuracy(model, tokenizer, hq, hs, hl)
+    q, s, lab = pairs(examples)
+    history = train_verdicts(model, tokenizer, verify_rows(tokenizer, q, s, lab), examples, steps=args.verify_steps,
+                             batch_size=cfg.sft.verify_batch_size, solve_batch_size=cfg.sft.verify_solve_rows,
+                             lr=args.verify_lr, rng=rng, seed=cfg.seed, progress=False, prompt_fn=prompt_fn)
+    after = verifier_accuracy(model, tokenizer, hq, hs, hl)
+    return before, after, len(lab), nll_by_tenth(history), time.time() - t
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default=os.path.join(HERE, "configs", "rlv.py"))
@@ -80,6 +125,13 @@ def main():
     p.add_argument("--contrast", default="none", choices=("none", "slips"),
                    help="slips: also train on each warm-up question's worked solution (Yes) next to a copy with one "
                         "slip (No; data.arithmetic.slipped_example_solution)")
+    p.add_argument("--pairs-only", action="store_true",
+                   help="skip sampling: train the verdict on contrast pairs of the --verify-questions alone and report "
+                        "balanced accuracy on the pairs of the held-out questions (can the model learn to check?)")
+    p.add_argument("--cut-at-slip", action="store_true",
+                   help="with --pairs-only: cut both solutions of a pair after the slipped line, so the verdict is "
+                        "about the last line only")
+    p.add_argument("--slip-kinds", default="result,operand", help="with --pairs-only: slips to draw (result,operand)")
     p.add_argument("--errors", action="store_true", help="also sort the wrong samples by kind (arithmetic task)")
     p.add_argument("--vote-questions", type=int, default=0,
                    help="after the warm-up, also sample --vote-n solutions for this many held-out questions and "
@@ -138,6 +190,10 @@ def main():
                                    max_new_tokens=cfg.rl.max_new_tokens, batch_size=cfg.rl.eval_batch_size,
                                    progress=False, prompt_fn=prompt_fn)["accuracy"]
         examples = train[:args.verify_questions]
+        if args.pairs_only:
+            rows.append((tag, sft_s, greedy) + pairs_only(model, tokenizer, cfg, examples, heldout, args, prompt_fn))
+            print(f"[{tag}] done", flush=True)
+            continue
         if args.errors:
             q, s, lab = sample_labelled_solutions(model, tokenizer, examples[:256], reward_fn,
                                                   samples_per_question=args.samples,
@@ -152,9 +208,7 @@ def main():
                             max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature,
                             holdout_frac=args.holdout, seed=cfg.seed, progress=False, prompt_fn=prompt_fn,
                             balance=args.balance, contrast_fn=train_script.verify_contrast_fn(cfg, args.contrast))
-        nll = [h["verify_warmup/nll"] for h in res["history"]]
-        tenth = max(1, len(nll) // 10)
-        curve = " ".join(f"{sum(nll[i:i + tenth]) / len(nll[i:i + tenth]):.2f}" for i in range(0, len(nll), tenth))
+        curve = nll_by_tenth(res["history"])
         probe_s = time.time() - t
         vote = None
         if args.vote_questions:
@@ -164,6 +218,18 @@ def main():
         rows.append((tag, sft_s, greedy, res, curve, probe_s, vote))
         print(f"[{tag}] done", flush=True)
 
+    if args.pairs_only:
+        print(f"\ncontrast pairs only ({args.slip_kinds} slips{', cut after the slip' if args.cut_at_slip else ''}): "
+              f"{args.verify_questions} training questions, {args.verify_steps} steps at lr {args.verify_lr}, "
+              f"accuracy on the pairs of the held-out questions\n")
+        print("| policy | greedy held-out acc | train rows | held-out rows | bal. acc before | bal. acc after | "
+              "acc right / slipped after | verify NLL by tenth of training | seconds (SFT / probe) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for tag, sft_s, greedy, before, after, n_train, curve, probe_s in rows:
+            print(f"| {tag} | {greedy:.1%} | {n_train} | {after['rows']} | {before['balanced_acc']:.1%} | "
+                  f"{after['balanced_acc']:.1%} | {after['acc_positive']:.1%} / {after['acc_negative']:.1%} | {curve} | "
+                  f"{sft_s:.0f} / {probe_s:.0f} |")
+        return
     print(f"\nverification probe ({args.balance} balance, contrast {args.contrast}): {args.verify_questions} questions x {args.samples} "
           f"samples at T {temperature}, "
           f"{args.verify_steps} steps at lr {args.verify_lr}, {args.holdout:.0%} of questions held out\n")

@@ -34,3 +34,22 @@ def test_error_table_counts_kinds_and_repeated_wrong_answers():
     table = probe_verifier.error_table([q] * 6, solutions, labels, samples_per_question=3)
     assert table["kinds"] == {"arith": 2, "copy": 1, "nsteps": 1}
     assert table["questions_with_2plus_wrong"] == {"repeated": 1, "all_different": 1}
+
+
+def test_cut_after_slip_keeps_lines_up_to_the_first_difference():
+    slipped = "4 + 9 = 13\n13 + 2 = 16\n16 + 7 = 23\n\\boxed{23}"
+    assert probe_verifier.cut_after_slip(RIGHT, slipped) == ("4 + 9 = 13\n13 + 2 = 15", "4 + 9 = 13\n13 + 2 = 16")
+
+
+@pytest.mark.parametrize("kinds,sorted_as", [(("result",), "arith"), (("operand",), "copy")])
+def test_slipped_solutions_sort_as_the_slip_they_carry(kinds, sorted_as):
+    """The generator's slips are the kinds the error sorter finds in the policy's own wrong samples."""
+    import numpy as np
+
+    from jaxrl_reason.data.arithmetic import slipped_solution
+
+    rng = np.random.default_rng(0)
+    for seed in range(40):
+        operands = [int(x) for x in np.random.default_rng(seed).integers(0, 10, size=5)]
+        text, _ = slipped_solution(operands, ["+"] * 4, rng, style="compact", kinds=kinds)
+        assert probe_verifier.classify_compact_error(text, operands) == sorted_as, text

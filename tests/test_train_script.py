@@ -44,6 +44,27 @@ def test_verify_warmup_config_is_checked_before_training(tmp_path):
     assert not os.listdir(tmp_path)  # refused before writing anything
 
 
+def test_verify_contrast_config_is_checked_before_training(tmp_path):
+    cfg = tiny_default.get_config()
+    cfg.workdir = str(tmp_path)
+    cfg.sft.verify_steps = 10
+    assert train_script.verify_contrast_fn(cfg) is None  # the default: self-labelled rows only
+    cfg.sft.verify_contrast = "slips"
+    slip = train_script.verify_contrast_fn(cfg)
+    ex = train_script.build_data(cfg)[0][0]
+    assert slip(ex, __import__("numpy").random.default_rng(0)) != ex.solution
+    cfg.sft.verify_contrast = "typos"
+    with pytest.raises(ValueError, match="verify_contrast='typos' is unknown"):
+        train_script.run(cfg)
+    cfg.sft.verify_contrast, cfg.data.solution_style = "slips", "columns"
+    with pytest.raises(ValueError, match="solution_style 'compact' or 'rewrite'"):
+        train_script.run(cfg)
+    cfg.data.source = "code"
+    with pytest.raises(ValueError, match="needs data.source='arithmetic'"):
+        train_script.run(cfg)
+    assert not os.listdir(tmp_path)  # refused before writing anything
+
+
 CONFIGS = sorted(f[:-3] for f in os.listdir(os.path.join(os.path.dirname(__file__), "..", "experiments", "configs"))
                  if f.endswith(".py") and not f.startswith("_"))
 

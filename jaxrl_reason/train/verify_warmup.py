@@ -65,6 +65,19 @@ def sample_labelled_solutions(model, tokenizer, examples: Sequence, reward_fn: C
     return questions, solutions, np.asarray(labels, bool)
 
 
+def contrast_pairs(examples: Sequence[Example], contrast_fn: Callable[[Example, np.random.Generator], str],
+                   rng: np.random.Generator) -> tuple[list, list, np.ndarray]:
+    """Per example: (question, worked solution, right) and (question, contrast_fn(example, rng), wrong).
+    Returns (questions [2N], solutions [2N], labels bool [2N]), each pair adjacent."""
+    questions, solutions = [], []
+    for e in examples:
+        if not e.solution:
+            raise ValueError(f"contrast pairs need each example's worked solution; example {e.id!r} has none")
+        questions += [e.question, e.question]
+        solutions += [e.solution, contrast_fn(e, rng)]
+    return questions, solutions, np.tile(np.array([True, False]), len(examples))
+
+
 def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, steps: int, batch_size: int = 32,
                   solve_batch_size: int = 8, lr: float = 1e-3, warmup_steps: int = 10, samples_per_question: int = 4,
                   max_new_tokens: int = 64, temperature: float = 0.7, holdout_frac: float = 0.1, seed: int = 0,
@@ -114,22 +127,40 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
     tq, ts, tl = pick(questions, train), pick(solutions, train), list(labels[train])
     contrast_rows = 0
     if contrast_fn is not None:
-        for qi, e in enumerate(examples):
-            if qi in held_q:
-                continue
-            if not e.solution:
-                raise ValueError(f"verify_warmup: contrast_fn needs each example's worked solution; example {e.id!r} "
-                                 "has none")
-            tq += [e.question, e.question]
-            ts += [e.solution, contrast_fn(e, rng)]
-            tl += [True, False]
-            contrast_rows += 2
+        cq, cs, cl = contrast_pairs([e for qi, e in enumerate(examples) if qi not in held_q], contrast_fn, rng)
+        tq, ts, tl, contrast_rows = tq + cq, ts + cs, tl + list(cl), len(cl)
     rows = verify_rows(tokenizer, tq, ts, np.asarray(tl, bool))
 
+    history = train_verdicts(model, tokenizer, rows, examples if solve_batch_size > 0 else (), steps=steps,
+                             batch_size=batch_size, solve_batch_size=solve_batch_size, lr=lr,
+                             warmup_steps=warmup_steps, rng=rng, seed=seed, progress=progress, writer=writer,
+                             prompt_fn=prompt_fn, params=params)
+    after = verifier_accuracy(model, tokenizer, hq, hs, hl)
+    return {"rows": int(len(train)), "contrast_rows": contrast_rows, "heldout_rows": int(len(held)),
+            "sampled": int(len(labels)), "positive_frac_sampled": float(labels.mean()), "before": before,
+            "after": after, "history": history}
+
+
+def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, steps: int, batch_size: int = 32,
+                   solve_batch_size: int = 8, lr: float = 1e-3, warmup_steps: int = 10,
+                   rng: Optional[np.random.Generator] = None, seed: int = 0, progress: bool = True,
+                   writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt,
+                   params=None, log_prefix: str = "verify_warmup") -> list:
+    """`steps` updates of NLL(verdict | verify prompt) on `batch_size` rows drawn from `rows` (`verify_rows`),
+    plus NLL(worked solution | solve prompt) on `solve_batch_size` of `solve_examples` per step when given (they
+    keep the solving skill); AdamW, cosine schedule. Updates `model` in place; returns the per-step metrics."""
+    if steps < 1:
+        raise ValueError(f"train_verdicts steps must be >= 1, got {steps}")
+    if len(rows.prompts) == 0:
+        raise ValueError("train_verdicts got no verification rows")
+    rng = rng if rng is not None else np.random.default_rng([seed, 0x5EF1])
+    graphdef, state = nnx.split(model)
+    params = state if params is None else params
+    solve = solve_batch_size > 0 and len(solve_examples) > 0
     terms = (sft_spec(("verify",), name="verify", aggregation="token_mean"),)
-    if solve_batch_size > 0:
+    if solve:
         terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),) + terms
-        solve_data = DataIterator(list(examples), solve_batch_size, seed=seed)
+        solve_data = DataIterator(list(solve_examples), solve_batch_size, seed=seed)
     opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule="cosine")
     update = make_update(graphdef, opt, terms)
     opt_state = opt.init(params)
@@ -139,22 +170,20 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
         pick_rows = rng.choice(len(rows.prompts), size=min(batch_size, len(rows.prompts)), replace=False)
         batch = build_token_batch([rows.prompts[i] for i in pick_rows], [[int(rows.targets[i])] for i in pick_rows],
                                   [0.0] * len(pick_rows), None, "verify", pad_id=tokenizer.pad_id)
-        if solve_batch_size > 0:
+        if solve:
             batch = concat_batches([sft_rows(tokenizer, next(solve_data), prompt_fn=prompt_fn), batch])
         batch = pad_rows_to(batch, 1, bucket=True)
         out = checked_update(update, params, opt_state, batch, where=f"verify warm-up step {step}",
                              scored=scored_size(batch))
         params, opt_state = out.params, out.opt_state
-        m = {"verify_warmup/nll": float(out.metrics["verify/nll"])}
-        if solve_batch_size > 0:
-            m["verify_warmup/solve_nll"] = float(out.metrics["solve/nll"])
+        m = {f"{log_prefix}/nll": float(out.metrics["verify/nll"])}
+        if solve:
+            m[f"{log_prefix}/solve_nll"] = float(out.metrics["solve/nll"])
         if writer is not None:
             writer.write(step, m, prefix="")
         history.append(m)
-        bar.set_postfix(nll=f"{m['verify_warmup/nll']:.3f}")
+        bar.set_postfix(nll=f"{m[f'{log_prefix}/nll']:.3f}")
         bar.update(1)
     bar.close()
     nnx.update(model, params)
-    after = verifier_accuracy(model, tokenizer, hq, hs, hl)
-    return {"rows": int(len(train)), "contrast_rows": contrast_rows, "heldout_rows": int(len(held)), "sampled": int(len(labels)),
-            "positive_frac_sampled": float(labels.mean()), "before": before, "after": after, "history": history}
+    return history
