@@ -217,6 +217,10 @@ def worked_solution(operands: Sequence[int], ops: Sequence[str]) -> tuple[str, i
     return "\n".join(lines), value
 
 
+def _apply(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
 def compact_solution(operands: Sequence[int], ops: Sequence[str]) -> tuple[str, int]:
     """One line per operation (multiplication first, then left to right), each `a op b = r`, then the boxed
     value: a few tokens per step instead of the column algorithm's dozens, for tiny models whose RL budget is
@@ -228,7 +232,7 @@ def compact_solution(operands: Sequence[int], ops: Sequence[str]) -> tuple[str, 
     while pending:
         i = pending.index("*") if "*" in pending else 0
         a, b, op = values[i], values[i + 1], pending[i]
-        r = a + b if op == "+" else a - b if op == "-" else a * b
+        r = _apply(a, op, b)
         lines.append(f"{_fmt(a)} {op} {_fmt(b)} = {r}")
         values[i:i + 2] = [r]
         del pending[i]
@@ -247,7 +251,7 @@ def rewrite_solution(operands: Sequence[int], ops: Sequence[str]) -> tuple[str, 
     while pending:
         i = pending.index("*") if "*" in pending else 0
         a, b, op = values[i], values[i + 1], pending[i]
-        values[i:i + 2] = [a + b if op == "+" else a - b if op == "-" else a * b]
+        values[i:i + 2] = [_apply(a, op, b)]
         del pending[i]
         lines.append("= " + _render(values, pending))
     lines.append(f"The answer is \\boxed{{{values[0]}}}.")
@@ -262,10 +266,6 @@ SOLUTION_STYLES = {"columns": worked_solution, "compact": compact_solution, "rew
 # ----------------------------------------------------------------------------------------------------------------
 SLIP_KINDS = ("result", "operand")
 _SLIP_DELTAS = (-10, -3, -2, -1, 1, 2, 3, 10)  # carry slips (+-10) and near misses, as tiny policies make them
-
-
-def _apply(a: int, op: str, b: int) -> int:
-    return a + b if op == "+" else a - b if op == "-" else a * b
 
 
 def slipped_solution(operands: Sequence[int], ops: Sequence[str], rng: np.random.Generator, *,
@@ -381,7 +381,7 @@ def _intermediates_nonnegative(operands: Sequence[int], ops: Sequence[str]) -> b
     while pending:
         i = pending.index("*") if "*" in pending else 0
         a, b, op = values[i], values[i + 1], pending[i]
-        r = a + b if op == "+" else a - b if op == "-" else a * b
+        r = _apply(a, op, b)
         if r < 0:
             return False
         values[i:i + 2] = [r]
