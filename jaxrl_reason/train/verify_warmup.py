@@ -145,7 +145,7 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
                    solve_batch_size: int = 8, lr: float = 1e-3, warmup_steps: int = 10,
                    rng: Optional[np.random.Generator] = None, seed: int = 0, progress: bool = True,
                    writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt,
-                   params=None, log_prefix: str = "verify_warmup") -> list:
+                   params=None) -> list:
     """`steps` updates of NLL(verdict | verify prompt) on `batch_size` rows drawn from `rows` (`verify_rows`),
     plus NLL(worked solution | solve prompt) on `solve_batch_size` of `solve_examples` per step when given (they
     keep the solving skill); AdamW, cosine schedule. Updates `model` in place; returns the per-step metrics."""
@@ -176,13 +176,13 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
         out = checked_update(update, params, opt_state, batch, where=f"verify warm-up step {step}",
                              scored=scored_size(batch))
         params, opt_state = out.params, out.opt_state
-        m = {f"{log_prefix}/nll": float(out.metrics["verify/nll"])}
+        m = {"verify_warmup/nll": float(out.metrics["verify/nll"])}
         if solve:
-            m[f"{log_prefix}/solve_nll"] = float(out.metrics["solve/nll"])
+            m["verify_warmup/solve_nll"] = float(out.metrics["solve/nll"])
         if writer is not None:
             writer.write(step, m, prefix="")
         history.append(m)
-        bar.set_postfix(nll=f"{m[f'{log_prefix}/nll']:.3f}")
+        bar.set_postfix(nll=f"{m['verify_warmup/nll']:.3f}")
         bar.update(1)
     bar.close()
     nnx.update(model, params)
