@@ -80,15 +80,13 @@ def pairs_only(model, tokenizer, cfg, examples, heldout, args, prompt_fn):
     """--pairs-only: the verdict trained on contrast pairs alone; -> (before, after, train rows, NLL curve, s)."""
     import numpy as np
 
-    from jaxrl_reason.data.arithmetic import slipped_example_solution
+    import train as train_script
     from jaxrl_reason.inference.verifier import verifier_accuracy, verify_rows
     from jaxrl_reason.train.verify_warmup import contrast_pairs, train_verdicts
 
-    if cfg.data.source != "arithmetic":
-        raise SystemExit("--pairs-only needs the arithmetic task (its worked solutions get one slip each)")
     rng = np.random.default_rng([cfg.seed, 0x9A1E])
-    slip = functools.partial(slipped_example_solution, style=cfg.data.solution_style,
-                             kinds=tuple(args.slip_kinds.split(",")))
+    # train.py's check of the task and solution style, with the probe's slip kinds
+    slip = functools.partial(train_script.verify_contrast_fn(cfg, "slips"), kinds=tuple(args.slip_kinds.split(",")))
 
     def pairs(exs):
         q, s, lab = contrast_pairs(exs, slip, rng)
