@@ -189,6 +189,30 @@ def test_verify_warmup_contrast_pairs_teach_what_self_labels_cannot(tokenizer):
     assert margins["contrast"] > 0.3 and margins["self-labelled only"] < 0.15, margins
 
 
+@pytest.mark.slow
+def test_verify_warmup_on_contrast_pairs_alone_never_samples(tokenizer):
+    """samples_per_question=0: the verdict is trained on contrast pairs only (no sampling, no reward calls) and
+    judged on the pairs of held-out questions."""
+    from jaxrl_reason.train.verify_warmup import verify_warmup
+
+    def reward(texts, examples):
+        raise AssertionError("pairs-only warm-up must not sample or grade")
+
+    def marked(e, rng):
+        return "\n".join(line + " !" for line in e.solution.splitlines())
+
+    ex = arithmetic_examples(96, seed=11, config=ARITH)
+    model = tiny_model(tokenizer, seed=4)
+    res = verify_warmup(model, tokenizer, ex, reward, steps=60, batch_size=32, solve_batch_size=0, lr=1e-2,
+                        samples_per_question=0, holdout_frac=0.25, seed=0, progress=False, contrast_fn=marked)
+    assert res["rows"] == 0 and res["sampled"] == 0
+    assert res["contrast_rows"] == 2 * 72 and res["heldout_rows"] == 2 * 24, res
+    before, after = res["before"], res["after"]
+    assert after["balanced_acc"] >= 0.9 and after["balanced_acc"] > before["balanced_acc"] + 0.3, (before, after)
+    with pytest.raises(ValueError, match="samples_per_question=0.*contrast_fn"):
+        verify_warmup(model, tokenizer, ex, reward, steps=2, samples_per_question=0, progress=False)
+
+
 def test_verify_warmup_contrast_needs_worked_solutions(tokenizer):
     from jaxrl_reason.rewards.base import RewardResult
     from jaxrl_reason.data.datasets import Example

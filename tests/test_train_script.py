@@ -53,6 +53,10 @@ def test_verify_contrast_config_is_checked_before_training(tmp_path):
     slip = train_script.verify_contrast_fn(cfg)
     ex = train_script.build_data(cfg)[0][0]
     assert slip(ex, __import__("numpy").random.default_rng(0)) != ex.solution
+    cfg.sft.verify_contrast, cfg.sft.verify_samples = "none", 0
+    with pytest.raises(ValueError, match="verify_samples=0 must be >= 1.*verify_contrast='slips'"):
+        train_script.run(cfg)
+    cfg.sft.verify_samples = 4
     cfg.sft.verify_contrast = "typos"
     with pytest.raises(ValueError, match="verify_contrast='typos' is unknown"):
         train_script.run(cfg)

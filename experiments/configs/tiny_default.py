@@ -59,7 +59,7 @@ def get_config():
     # it learns "Yes"/"No" on verify prompts; see jaxrl_reason/train/verify_warmup.py). 0 = none.
     c.sft.verify_steps = 0
     c.sft.verify_questions = 512  # warm-up questions sampled for it (taken from the SFT slice)
-    c.sft.verify_samples = 4  # samples per question, each labelled by the task reward
+    c.sft.verify_samples = 4  # samples per question, each labelled by the task reward (0: contrast pairs only)
     c.sft.verify_batch_size = 32  # verification rows per step
     c.sft.verify_solve_rows = 8  # worked-solution rows per step alongside them (keeps the solving skill)
     c.sft.verify_lr = 1e-3

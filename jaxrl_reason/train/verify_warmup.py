@@ -97,38 +97,51 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
 
     examples: questions to sample on; they need `solution` when `solve_batch_size > 0` (the solve rows) or
     `contrast_fn` is given.
-    Returns {"rows", "contrast_rows", "positive_frac_sampled", "before", "after", "history"}: before/after are
-    `verifier_accuracy` on the held-out slice of the self-labelled rows (balanced as `balance` says; never
-    contrast rows).
+    samples_per_question=0 (with `contrast_fn`): contrast pairs only, no sampling -- a verdict that can only come
+    from reading the solution, and the warm-up costs its training steps alone. The held-out slice is then the
+    pairs of held-out questions.
+    Returns {"rows", "contrast_rows", "heldout_rows", "sampled", "positive_frac_sampled", "before", "after",
+    "history"}: before/after are `verifier_accuracy` on the held-out slice of the self-labelled rows (balanced as
+    `balance` says; never contrast rows), or on held-out contrast pairs when there are no self-labelled rows.
     """
     if steps < 1:
         raise ValueError(f"verify_warmup steps must be >= 1, got {steps}")
     if not 0.0 < holdout_frac < 1.0:
         raise ValueError(f"verify_warmup holdout_frac must be in (0, 1), got {holdout_frac}")
+    if samples_per_question < 0 or (samples_per_question == 0 and contrast_fn is None):
+        raise ValueError(f"verify_warmup samples_per_question={samples_per_question}: use >= 1 (self-labelled rows), "
+                         "or 0 together with a contrast_fn (contrast pairs only)")
     rng = np.random.default_rng([seed, 0x5EF1])
     key = jax.random.PRNGKey(seed)
     graphdef, params = nnx.split(model)
-    questions, solutions, labels = sample_labelled_solutions(
-        model, tokenizer, examples, reward_fn, samples_per_question=samples_per_question,
-        max_new_tokens=max_new_tokens, temperature=temperature, key=key, prompt_fn=prompt_fn, params=params)
-    idx = balanced_indices(labels, rng, balance=balance, groups=np.arange(len(labels)) // samples_per_question)
-    if len(idx) < 4:
-        raise ValueError(f"verify_warmup: {len(labels)} sampled solutions, {int(labels.sum())} correct -- too few of "
-                         "one class to balance. Sample more questions, or warm up the solver longer/shorter so its "
-                         "samples are neither all right nor all wrong.")
-    # Hold out whole questions, so no held-out solution shares a question with a trained one.
-    qids = np.asarray(idx) // samples_per_question
-    held_q = set(rng.permutation(np.unique(qids))[:max(1, int(round(holdout_frac * len(np.unique(qids)))))].tolist())
-    held = np.array([i for i in idx if i // samples_per_question in held_q])
-    train = np.array([i for i in idx if i // samples_per_question not in held_q])
-    pick = lambda xs, ii: [xs[i] for i in ii]  # noqa: E731
-    hq, hs, hl = pick(questions, held), pick(solutions, held), labels[held]
-    before = verifier_accuracy(model, tokenizer, hq, hs, hl, params=params)
-    tq, ts, tl = pick(questions, train), pick(solutions, train), list(labels[train])
-    contrast_rows = 0
-    if contrast_fn is not None:
-        cq, cs, cl = contrast_pairs([e for qi, e in enumerate(examples) if qi not in held_q], contrast_fn, rng)
-        tq, ts, tl, contrast_rows = tq + cq, ts + cs, tl + list(cl), len(cl)
+    if samples_per_question == 0:
+        tq, ts, tl, hq, hs, hl, sampled = _pairs_only(examples, contrast_fn, holdout_frac, rng)
+        before = verifier_accuracy(model, tokenizer, hq, hs, hl, params=params)
+        contrast_rows = len(tl)
+    else:
+        questions, solutions, labels = sample_labelled_solutions(
+            model, tokenizer, examples, reward_fn, samples_per_question=samples_per_question,
+            max_new_tokens=max_new_tokens, temperature=temperature, key=key, prompt_fn=prompt_fn, params=params)
+        sampled = labels
+        idx = balanced_indices(labels, rng, balance=balance, groups=np.arange(len(labels)) // samples_per_question)
+        if len(idx) < 4:
+            raise ValueError(f"verify_warmup: {len(labels)} sampled solutions, {int(labels.sum())} correct -- too few "
+                             "of one class to balance. Sample more questions, or warm up the solver longer/shorter so "
+                             "its samples are neither all right nor all wrong.")
+        # Hold out whole questions, so no held-out solution shares a question with a trained one.
+        qids = np.asarray(idx) // samples_per_question
+        held_q = set(rng.permutation(np.unique(qids))[:max(1, int(round(holdout_frac * len(np.unique(qids)))))]
+                     .tolist())
+        held = np.array([i for i in idx if i // samples_per_question in held_q])
+        train = np.array([i for i in idx if i // samples_per_question not in held_q])
+        pick = lambda xs, ii: [xs[i] for i in ii]  # noqa: E731
+        hq, hs, hl = pick(questions, held), pick(solutions, held), labels[held]
+        before = verifier_accuracy(model, tokenizer, hq, hs, hl, params=params)
+        tq, ts, tl = pick(questions, train), pick(solutions, train), list(labels[train])
+        contrast_rows = 0
+        if contrast_fn is not None:
+            cq, cs, cl = contrast_pairs([e for qi, e in enumerate(examples) if qi not in held_q], contrast_fn, rng)
+            tq, ts, tl, contrast_rows = tq + cq, ts + cs, tl + list(cl), len(cl)
     rows = verify_rows(tokenizer, tq, ts, np.asarray(tl, bool))
 
     history = train_verdicts(model, tokenizer, rows, examples if solve_batch_size > 0 else (), steps=steps,
@@ -136,9 +149,20 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
                              warmup_steps=warmup_steps, rng=rng, seed=seed, progress=progress, writer=writer,
                              prompt_fn=prompt_fn, params=params)
     after = verifier_accuracy(model, tokenizer, hq, hs, hl)
-    return {"rows": int(len(train)), "contrast_rows": contrast_rows, "heldout_rows": int(len(held)),
-            "sampled": int(len(labels)), "positive_frac_sampled": float(labels.mean()), "before": before,
-            "after": after, "history": history}
+    return {"rows": len(tl) - contrast_rows, "contrast_rows": contrast_rows, "heldout_rows": len(hl),
+            "sampled": int(len(sampled)), "positive_frac_sampled": float(np.mean(sampled)) if len(sampled) else 0.0,
+            "before": before, "after": after, "history": history}
+
+
+def _pairs_only(examples, contrast_fn, holdout_frac, rng):
+    """Contrast pairs alone: (train questions, solutions, labels, held-out ditto, sampled=[]), split by question."""
+    order = rng.permutation(len(examples))
+    n_held = max(1, int(round(holdout_frac * len(examples))))
+    if len(examples) - n_held < 1:
+        raise ValueError(f"verify_warmup on contrast pairs alone needs >= 2 questions, got {len(examples)}")
+    hq, hs, hl = contrast_pairs([examples[i] for i in order[:n_held]], contrast_fn, rng)
+    tq, ts, tl = contrast_pairs([examples[i] for i in order[n_held:]], contrast_fn, rng)
+    return tq, ts, list(tl), hq, hs, np.asarray(hl, bool), []
 
 
 def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, steps: int, batch_size: int = 32,
