@@ -133,16 +133,25 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     t = batch.train_length
     # A micro-batch whose rows do not divide over the shards is padded to the next whole row per shard.
     rows = -(-(batch.train_rows // batch.micro_batches) // shards)
-    # Saved for the backward pass, per token and layer (scanned layers with scan_residuals='all'; the default
-    # 'matmuls' saves less, so this is an upper bound): the residual stream and both norm outputs; q/k/v before
-    # and after RoPE and the attention output (split by heads over tp); float32 scores and the probabilities over
-    # t keys; the MLP's gate, up, activation and product.
-    per_token_layer = (act_b * (4 * h + (3 * nq + 3 * nkv) * d // tp + 4 * i // tp)
-                       + (4 + act_b) * (nq // tp) * t)
+    # Everything a layer's backward pass touches, per token: the residual stream and both norm outputs; q/k/v
+    # before and after RoPE and the attention output (split by heads over tp); float32 scores, softmax numerator
+    # and probabilities (plus a compute-dtype copy) over t keys; the MLP's gate, up, activation and product.
+    full_layer = (act_b * (4 * h + (3 * nq + 3 * nkv) * d // tp + 4 * i // tp)
+                  + (8 + act_b) * (nq // tp) * t)
+    # What each layer keeps until the backward pass reaches it, by the model's residual policy: all of the above
+    # (scan_residuals="all"), the weight matmuls' outputs plus the layer input ("matmuls": q/k/v, o, gate, up,
+    # down), or the layer input alone (remat). The last two rebuild one layer's full set during its backward pass.
+    if cfg.remat:
+        kept = act_b * h
+    elif cfg.scan_residuals == "matmuls" and cfg.scan_layers:
+        kept = act_b * (3 * h + (nq + 2 * nkv) * d // tp + 2 * i // tp)
+    else:
+        kept = full_layer
+    per_token = layers * kept + (full_layer if kept != full_layer else 0)
     chunk = min(batch.logprob_chunk or t, t)
     # float32 logits, log-softmax and its gradient for one chunk of rows x time (vocab split over tp).
     logits = 3 * 4 * rows * chunk * v // tp
-    activations = rows * t * layers * per_token_layer + logits
+    activations = rows * t * per_token + logits
 
     s_rows = batch.sample_rows // shards if batch.sample_rows else 0
     kv = 2 * layers * s_rows * (nkv // tp) * d * batch.sample_length * act_b + s_rows * batch.sample_length
