@@ -10,13 +10,14 @@ solve 64 + replayed guided solutions <= 128 + critiques <= 64 (1:1 correct / wro
 i.e. <= 384 training rows; at most 128 rows are decoded together (the guided round). Context 2048 holds a
 512-token problem + a 1024-token solution + template + a 384-token critique, and a guided prompt + 1024 tokens.
 
-Pre-flight, bfloat16 parameters and activations (peak 47.9 GiB of 80 GiB per device, 60%; with 48 micro-batches
-of 8 rows it is 78.1 GiB, which does not fit with 10% headroom; float32 parameters with 96 micro-batches would
-peak at 65.7 GiB):
+Pre-flight, bfloat16 parameters and activations (peak 25.8 GiB of 80 GiB per device, 32%; with 48 micro-batches
+of 8 rows it is 33.8 GiB; float32 parameters with 96 micro-batches would peak at 43.5 GiB). The activation part is
+the planner's estimate for the default scan_residuals="matmuls" (checked against XLA's count on CPU only), so the
+config keeps 96 micro-batches until a run on the GPUs confirms the headroom:
     python experiments/plan_memory.py --model qwen2.5-7b-instruct --mesh fsdp=-1 --devices 4 \
         --param-dtype bfloat16 --dtype bfloat16 --train-rows 384 --train-length 2048 --micro-batches 96 \
         --logprob-chunk 512 --sample-rows 128 --sample-length 2048 --device-memory-gb 80
-        params 3.55 GiB, optimizer state 7.09, gradients 7.09, activations 30.18, KV cache 3.50 -> peak 47.92
+        params 3.55 GiB, optimizer state 7.09, gradients 7.09, activations 8.04, KV cache 3.50 -> peak 25.78
 Launch (weights and data on local disk, nothing is downloaded):
     experiments/launch/run.sh experiments/configs/cure_qwen25_7b_4gpu.py \
         --config.model.hf_path=/data/Qwen2.5-7B-Instruct --config.tokenizer.path=/data/Qwen2.5-7B-Instruct
@@ -59,7 +60,7 @@ def get_config():
     c.rl.temperature = 1.0
     c.rl.lr = 1e-6
     c.rl.warmup_steps = 10
-    c.rl.micro_batches = 96  # 384 rows -> 4 per micro-batch, one per GPU: activations 30.2 GiB per device
+    c.rl.micro_batches = 96  # 384 rows -> 4 per micro-batch, one per GPU: activations ~8 GiB per device
     c.rl.logprob_chunk = 512  # time chunk of the [rows, time, 152k vocab] logits
     c.rl.checkpoint_every = 25
     c.rl.eval_every = 50
