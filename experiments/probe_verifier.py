@@ -136,6 +136,9 @@ def main():
                         "report pass@1 / maj@N / weighted@N / BoN@N as bench_rlv does (0 = skip)")
     p.add_argument("--vote-n", type=int, default=16, help="samples per question for --vote-questions")
     p.add_argument("--cache", default="runs/probe_verifier", help="SFT models and tokenizers are kept here")
+    p.add_argument("--init", default="",
+                   help="start from a train.py run directory's sft_model/ and tokenizer/ instead of the cached SFT "
+                        "model (e.g. to continue the verification warm-up of a bench_rlv arm)")
     args = p.parse_args()
 
     import jax
@@ -145,7 +148,6 @@ def main():
     sys.path.insert(0, HERE)
     import bench_rlv
     import train as train_script
-    from jaxrl_reason.inference.test_time import evaluate
     from jaxrl_reason.train.trainer import evaluate_accuracy, sft_train
     from jaxrl_reason.train.verify_warmup import sample_labelled_solutions, verify_warmup
 
@@ -170,6 +172,13 @@ def main():
         m = cfg.model
         tag = f"h{m.hidden_size}_l{m.num_hidden_layers}_i{m.intermediate_size}_sft{cfg.sft.steps}_seed{cfg.seed}"
         workdir = os.path.abspath(os.path.join(args.cache, tag))
+        if args.init:
+            workdir = os.path.abspath(args.init)
+            tag = os.path.basename(os.path.normpath(workdir.rstrip("/")))
+            for need in ("sft_model/config.json", "tokenizer/tokenizer.json"):
+                if not os.path.exists(os.path.join(workdir, need)):
+                    raise SystemExit(f"--init {args.init}: {need} is missing; pass a train.py run directory that "
+                                     "has finished its warm-up")
         os.makedirs(workdir, exist_ok=True)
         train, heldout, reward_fn, prompt_fn = train_script.build_data(cfg)
         tokenizer = train_script.build_tokenizer(cfg, train, workdir, prompt_fn)
@@ -189,7 +198,8 @@ def main():
                                    progress=False, prompt_fn=prompt_fn)["accuracy"]
         examples = train[:args.verify_questions]
         if args.pairs_only:
-            rows.append((tag, sft_s, greedy) + pairs_only(model, tokenizer, cfg, examples, heldout, args, prompt_fn))
+            res = pairs_only(model, tokenizer, cfg, examples, heldout, args, prompt_fn)
+            rows.append((tag, sft_s, greedy) + res + (votes(model, tokenizer, heldout, args, cfg, temperature),))
             print(f"[{tag}] done", flush=True)
             continue
         if args.errors:
@@ -208,11 +218,7 @@ def main():
                             balance=args.balance, contrast_fn=train_script.verify_contrast_fn(cfg, args.contrast))
         curve = nll_by_tenth(res["history"])
         probe_s = time.time() - t
-        vote = None
-        if args.vote_questions:
-            vote = evaluate(model, tokenizer, heldout[:args.vote_questions], n=args.vote_n,
-                            max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature, seed=cfg.seed,
-                            progress=False, keep_samples=False)
+        vote = votes(model, tokenizer, heldout, args, cfg, temperature)
         rows.append((tag, sft_s, greedy, res, curve, probe_s, vote))
         print(f"[{tag}] done", flush=True)
 
@@ -223,11 +229,28 @@ def main():
         print("| policy | greedy held-out acc | train rows | held-out rows | bal. acc before | bal. acc after | "
               "acc right / slipped after | verify NLL by tenth of training | seconds (SFT / probe) |")
         print("|---|---|---|---|---|---|---|---|---|")
-        for tag, sft_s, greedy, before, after, n_train, curve, probe_s in rows:
+        for tag, sft_s, greedy, before, after, n_train, curve, probe_s, _ in rows:
             print(f"| {tag} | {greedy:.1%} | {n_train} | {after['rows']} | {before['balanced_acc']:.1%} | "
                   f"{after['balanced_acc']:.1%} | {after['acc_positive']:.1%} / {after['acc_negative']:.1%} | {curve} | "
                   f"{sft_s:.0f} / {probe_s:.0f} |")
-        return
+    else:
+        print_probe_table(rows, args, temperature)
+    if args.vote_questions:
+        print_vote_table(rows, args, temperature)
+
+
+def votes(model, tokenizer, heldout, args, cfg, temperature):
+    """--vote-questions: fresh samples of held-out questions scored by the model itself (None when 0)."""
+    from jaxrl_reason.inference.test_time import evaluate
+
+    if not args.vote_questions:
+        return None
+    return evaluate(model, tokenizer, heldout[:args.vote_questions], n=args.vote_n,
+                    max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature, seed=cfg.seed, progress=False,
+                    keep_samples=False)
+
+
+def print_probe_table(rows, args, temperature):
     print(f"\nverification probe ({args.balance} balance, contrast {args.contrast}): {args.verify_questions} questions x {args.samples} "
           f"samples at T {temperature}, "
           f"{args.verify_steps} steps at lr {args.verify_lr}, {args.holdout:.0%} of questions held out\n")
@@ -238,20 +261,22 @@ def main():
         print(f"| {tag} | {greedy:.1%} | {res['positive_frac_sampled']:.1%} | {res['rows']} | "
               f"{res['after']['rows']} | {res['before']['balanced_acc']:.1%} | {res['after']['balanced_acc']:.1%} | "
               f"{curve} | {sft_s:.0f} / {probe_s:.0f} |")
-    if args.vote_questions:
-        n = args.vote_n
-        at = lambda v, s, k: 100 * v["strategies"][s]["mean"][v["ks"].index(k)]  # noqa: E731
-        print(f"\ntest-time strategies after the warm-up (no RL): {args.vote_questions} held-out questions x {n} "
-              f"samples at T {temperature}, each scored once by the policy itself\n")
-        print(f"| policy | pass@1 | maj@{n} | weighted@{n} | BoN@{n} | pass@{n} | verifier bal. acc. | AUROC | "
-              "AUROC within a question (questions) |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        for tag, *_, v in rows:
-            q = v["verifier"]["self"]
-            fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
-            print(f"| {tag} | {at(v, 'pass', 1):.1f} | {at(v, 'majority', n):.1f} | {at(v, 'weighted', n):.1f} | "
-                  f"{at(v, 'best_of_n', n):.1f} | {at(v, 'pass', n):.1f} | {fmt(q['balanced_accuracy'])} | "
-                  f"{fmt(q['auroc'])} | {fmt(q['within_question_auroc'])} ({q['mixed_questions']}) |")
+
+
+def print_vote_table(rows, args, temperature):
+    n = args.vote_n
+    at = lambda v, s, k: 100 * v["strategies"][s]["mean"][v["ks"].index(k)]  # noqa: E731
+    print(f"\ntest-time strategies after the warm-up (no RL): {args.vote_questions} held-out questions x {n} "
+          f"samples at T {temperature}, each scored once by the policy itself\n")
+    print(f"| policy | pass@1 | maj@{n} | weighted@{n} | BoN@{n} | pass@{n} | verifier bal. acc. | AUROC | "
+          "AUROC within a question (questions) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for tag, *_, v in rows:
+        q = v["verifier"]["self"]
+        fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
+        print(f"| {tag} | {at(v, 'pass', 1):.1f} | {at(v, 'majority', n):.1f} | {at(v, 'weighted', n):.1f} | "
+              f"{at(v, 'best_of_n', n):.1f} | {at(v, 'pass', n):.1f} | {fmt(q['balanced_accuracy'])} | "
+              f"{fmt(q['auroc'])} | {fmt(q['within_question_auroc'])} ({q['mixed_questions']}) |")
 
 
 if __name__ == "__main__":
