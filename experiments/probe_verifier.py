@@ -13,6 +13,10 @@ With `--errors`, the wrong samples of the arithmetic default are also sorted by 
 an operand copied wrong, a missing or extra step, a box that disagrees with the last line) and by whether a
 question's wrong samples repeat one wrong answer (a systematic belief of the policy, which the same weights are
 unlikely to flag) or differ (slips).
+`--pairs-only` trains the verdict on contrast pairs alone (worked solution vs one-slip copy) and reports accuracy on
+held-out pairs; `--init RUN` starts from a train.py run's warmed-up model instead (to continue its warm-up), and
+`--vote-questions N` then also scores fresh samples of N held-out questions (maj / weighted / Best-of-N and the
+verifier's AUROC within a question).
 This is a measurement, not a test: one SFT length at the default size takes ~4 minutes on 2 CPU cores.
 """
 from __future__ import annotations

@@ -53,3 +53,10 @@ def test_slipped_solutions_sort_as_the_slip_they_carry(kinds, sorted_as):
         operands = [int(x) for x in np.random.default_rng(seed).integers(0, 10, size=5)]
         text, _ = slipped_solution(operands, ["+"] * 4, rng, style="compact", kinds=kinds)
         assert probe_verifier.classify_compact_error(text, operands) == sorted_as, text
+
+
+def test_init_needs_a_run_that_finished_its_warm_up(tmp_path, monkeypatch):
+    os.makedirs(tmp_path / "sft_model")
+    monkeypatch.setattr(sys, "argv", ["probe_verifier.py", "--init", str(tmp_path), "--pairs-only"])
+    with pytest.raises(SystemExit, match="sft_model/config.json is missing"):
+        probe_verifier.main()
