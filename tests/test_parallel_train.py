@@ -159,7 +159,7 @@ def test_preflight_plans_a_config_and_run_sh_stops_when_it_does_not_fit(tmp_path
 
     cfg_path = os.path.join(ROOT, "experiments", "configs", "cure_qwen25_7b_4gpu.py")
     assert preflight.main(["--config", cfg_path, "--devices", "4"]) == 0
-    assert preflight.main(["--config", cfg_path, "--devices", "4", "--config.parallel.device_memory_gb=40"]) == 3
+    assert preflight.main(["--config", cfg_path, "--devices", "4", "--config.parallel.device_memory_gb=24"]) == 3
     # the trainer pads each update to whole micro-batches per batch shard: the plan counts those rows
     c = preflight.load_config(os.path.join(ROOT, "experiments", "configs", "rlv_qwen25_math_1p5b_8gpu.py"),
                               ["--config.rl.micro_batches=3"])
@@ -167,9 +167,9 @@ def test_preflight_plans_a_config_and_run_sh_stops_when_it_does_not_fit(tmp_path
     assert b.train_rows == 336 and b.sample_rows == 160 and b.train_length == 768 + 256  # 2 x 160 -> 14 x 24
     env = dict(os.environ, PREFLIGHT="1", PREFLIGHT_DEVICES="4", PYTHON=sys.executable)
     out = subprocess.run([os.path.join(ROOT, "experiments", "launch", "run.sh"), cfg_path,
-                          "--config.parallel.device_memory_gb=40"], env=env, capture_output=True, text=True,
+                          "--config.parallel.device_memory_gb=24"], env=env, capture_output=True, text=True,
                          timeout=300)
-    assert out.returncode == 3 and "DOES NOT FIT in 40.0 GiB" in out.stdout, out.stderr[-2000:]
+    assert out.returncode == 3 and "DOES NOT FIT in 24.0 GiB" in out.stdout, out.stderr[-2000:]
     missing = subprocess.run([os.path.join(ROOT, "experiments", "launch", "run.sh"), "no/such/config.py"], env=env,
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no config file" in missing.stderr

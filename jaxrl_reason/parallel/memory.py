@@ -142,12 +142,11 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     # (scan_residuals="all"), the weight matmuls' outputs plus the layer input ("matmuls": q/k/v, o, gate, up,
     # down), or the layer input alone (remat). The last two rebuild one layer's full set during its backward pass.
     if cfg.remat:
-        kept = act_b * h
+        per_token = layers * act_b * h + full_layer
     elif cfg.scan_residuals == "matmuls" and cfg.scan_layers:
-        kept = act_b * (3 * h + (nq + 2 * nkv) * d // tp + 2 * i // tp)
+        per_token = layers * act_b * (3 * h + (nq + 2 * nkv) * d // tp + 2 * i // tp) + full_layer
     else:
-        kept = full_layer
-    per_token = layers * kept + (full_layer if kept != full_layer else 0)
+        per_token = layers * full_layer
     chunk = min(batch.logprob_chunk or t, t)
     # float32 logits, log-softmax and its gradient for one chunk of rows x time (vocab split over tp).
     logits = 3 * 4 * rows * chunk * v // tp
