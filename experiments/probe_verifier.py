@@ -178,7 +178,7 @@ def main():
         workdir = os.path.abspath(os.path.join(args.cache, tag))
         if args.init:
             workdir = os.path.abspath(args.init)
-            tag = os.path.basename(os.path.normpath(workdir.rstrip("/")))
+            tag = os.path.basename(workdir)
             for need in ("sft_model/config.json", "tokenizer/tokenizer.json"):
                 if not os.path.exists(os.path.join(workdir, need)):
                     raise SystemExit(f"--init {args.init}: {need} is missing; pass a train.py run directory that "

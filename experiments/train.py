@@ -259,10 +259,10 @@ def check_verify_warmup(cfg) -> None:
     if s.steps <= 0:
         raise ValueError("config sft.verify_steps > 0 needs the SFT warm-up (sft.steps > 0): the verification "
                          "warm-up runs right after it, on its questions")
-    if s.verify_samples < 0 or (s.verify_samples == 0 and verify_contrast_fn(cfg) is None):
+    contrast = verify_contrast_fn(cfg)  # raises on an unknown or unusable sft.verify_contrast
+    if s.verify_samples < 0 or (s.verify_samples == 0 and contrast is None):
         raise ValueError(f"config sft.verify_samples={s.verify_samples} must be >= 1 (self-labelled rows), or 0 "
                          "with sft.verify_contrast='slips' (contrast pairs only)")
-    verify_contrast_fn(cfg)
     if not 0 < s.verify_questions <= s.examples:
         raise ValueError(f"config sft.verify_questions={s.verify_questions} must be in [1, sft.examples={s.examples}]; "
                          "the verification warm-up samples on warm-up questions only (RL's are kept unseen)")
