@@ -1,23 +1,27 @@
 """RL^V on the CPU default task: does training the policy to verify its own solutions pay off at test time?
 
-    python experiments/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256]
+    python experiments/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100]
 
-Trains (or resumes) two runs from the *same* warm-up on the embedded default task (`configs/rlv.py`: SFT on
-worked solutions, then a self-labelled verification warm-up so that the model can answer the verify prompt at all):
-  grpo   configs/rlv.py with the verify term removed   plain GRPO
-  rlv    configs/rlv.py                                 GRPO^V: the same RL plus the fused "Is this solution correct?" term
-then samples N solutions per held-out question from each final policy once and scores every sample with a
-verifier: the GRPO^V policy scores its own samples (its trained verifier); the GRPO policy scores its samples
-with the same verification prompt without ever having been trained on it (the paper's LLM-as-a-judge baseline).
+Trains (or resumes) three runs of the embedded default task (`configs/rlv.py`) that share one tokenizer and one
+SFT on worked solutions:
+  grpo_plain  SFT, then plain GRPO; never trained on the verify prompt    the issue's plain GRPO model
+  grpo        SFT + the verification warm-up, then plain GRPO             a control: same start as GRPO^V
+  rlv         SFT + the verification warm-up, then GRPO^V (the fused "Is this solution correct?" term)
+(the warm-up is `train/verify_warmup.py`: self-labelled verify rows, with worked-solution rows alongside, so that
+a model this small can answer the verify prompt at all). Then it samples N solutions per held-out question from
+each final policy once and scores every sample with the policy itself: GRPO^V's trained verifier; for
+`grpo_plain` the same verify prompt on a model never trained on it (the paper's LLM-as-a-judge baseline); for
+`grpo` the verifier its warm-up left.
 
-Prints one table and the issue's four checks:
+Prints one table and the issue's four checks (the baseline is `grpo_plain`, as the issue defines it):
   1. GRPO^V verifier balanced accuracy (score > 0.5) on its held-out samples >= 75%
   2. GRPO^V weighted@N > GRPO^V maj@N
-  3. GRPO^V Best-of-N (self-verification) > GRPO Best-of-N with the LLM-as-a-judge score
-  4. pass@1 of GRPO^V >= pass@1 of GRPO - 2 points
-and writes `summary.json`, `summary.md` and `accuracy_vs_k.png` to the workdir (each run's own
+  3. GRPO^V Best-of-N (self-verification) > plain GRPO Best-of-N with the LLM-as-a-judge score
+  4. pass@1 of GRPO^V >= pass@1 of plain GRPO - 2 points
+and checks 3 and 4 again against the control `grpo` (same warm-up, so only the RL term differs; reported, not
+the issue's checks). Writes `summary.json`, `summary.md` and `accuracy_vs_k.png` to the workdir (each run's own
 `results.json` from `experiments/evaluate.py`'s core is in `<workdir>/<run>/eval.json`).
-This is a benchmark, not a test: ~40 minutes on 2 CPU cores with `--rl-steps 100`; the configs' 300 steps add
+This is a benchmark, not a test: ~50 minutes on 2 CPU cores with `--rl-steps 100`; the configs' 300 steps add
 ~10 minutes per arm.
 """
 from __future__ import annotations
@@ -44,22 +48,35 @@ def load_config(path):
     return mod.get_config()
 
 
-def as_plain_grpo(cfg) -> None:
-    """The baseline arm: the same config with the verify term removed (plain GRPO, same estimator)."""
+# Run order: the control makes the shared warm-up, GRPO^V starts from it, plain GRPO shares only the tokenizer.
+ARMS = ("grpo", "rlv", "grpo_plain")
+ARM_LABELS = {
+    "grpo_plain": ("GRPO", "itself, never trained to verify (LLM-as-a-judge)"),
+    "grpo": ("GRPO from the verification warm-up (control)", "itself, the warm-up's verifier"),
+    "rlv": ("GRPO^V", "itself (warm-up + RL^V)"),
+}
+
+
+def as_plain_grpo(cfg, *, verify_warmup: bool) -> None:
+    """A baseline arm: the same config with the verify term removed (plain GRPO, same estimator); without
+    `verify_warmup` the model is never trained on the verify prompt at all."""
     import ml_collections
 
     cfg.method.name = "grpo"
     cfg.method.extra = ml_collections.ConfigDict()
+    if not verify_warmup:
+        cfg.sft.verify_steps = 0
 
 
-def share_warmup(src: str, dst: str) -> None:
-    """Starts run `dst` from run `src`'s tokenizer and SFT model, so the two runs differ only in their RL."""
+def share_warmup(src: str, dst: str, names=("tokenizer", "sft_model")) -> None:
+    """Starts run `dst` from run `src`'s tokenizer (and SFT model, when shared), so that the runs differ only in
+    what comes after what they share."""
     os.makedirs(dst, exist_ok=True)
-    for name in ("tokenizer", "sft_model"):
+    for name in names:
         if not os.path.exists(os.path.join(dst, name)):
             shutil.copytree(os.path.join(src, name), os.path.join(dst, name))
     results = os.path.join(dst, "results.json")
-    if not os.path.exists(results):
+    if "sft_model" in names and not os.path.exists(results):
         before = json.load(open(os.path.join(src, "results.json")))
         json.dump({k: before[k] for k in ("before", "sft_seconds", "verify_warmup") if k in before}, open(results, "w"),
                   indent=2)
@@ -89,12 +106,49 @@ def at(res: dict, strategy: str, k: int) -> float:
     return res["strategies"][strategy]["mean"][res["ks"].index(k)]
 
 
+def issue_checks(plain: dict, control: dict, rlv: dict, n: int) -> list:
+    """The issue's four checks, against plain GRPO as the issue defines it, then checks 3 and 4 again against the
+    control arm (same warm-up as GRPO^V). Each: {"check", "measured", "against", "met", "issue"}."""
+    bal = rlv["verifier"]["self"]["balanced_accuracy"]
+    out = [dict(check="GRPO^V verifier balanced accuracy >= 75%", measured=bal, against=0.75,
+                met=bal is not None and bal >= 0.75, issue=True),
+           dict(check=f"GRPO^V weighted@{n} > GRPO^V maj@{n}", measured=at(rlv, "weighted", n),
+                against=at(rlv, "majority", n), met=at(rlv, "weighted", n) > at(rlv, "majority", n), issue=True)]
+    for base, issue, who in ((plain, True, "GRPO"), (control, False, "control GRPO")):
+        judge = "(LLM-as-a-judge)" if issue else "(its warm-up verifier)"
+        out.append(dict(check=f"GRPO^V BoN@{n} (self) > {who} BoN@{n} {judge}", measured=at(rlv, "best_of_n", n),
+                        against=at(base, "best_of_n", n), met=at(rlv, "best_of_n", n) > at(base, "best_of_n", n),
+                        issue=issue))
+        out.append(dict(check=f"GRPO^V pass@1 >= {who} pass@1 - 2 points", measured=at(rlv, "pass", 1),
+                        against=at(base, "pass", 1) - 0.02, met=at(rlv, "pass", 1) >= at(base, "pass", 1) - 0.02,
+                        issue=issue))
+    return out
+
+
+def results_table(evals: dict, checks: list, n: int) -> str:
+    fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
+    rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | weighted@%d | pass@%d | verifier bal. acc. | AUROC | "
+            "AUROC within a question |" % (n, n, n, n), "|---|---|---|---|---|---|---|---|---|---|"]
+    for arm in ("grpo_plain", "grpo", "rlv"):
+        res, (label, who) = evals[arm], ARM_LABELS[arm]
+        q = res["verifier"]["self"]
+        rows.append(f"| {label} | {who} | {fmt(at(res, 'pass', 1))} | {fmt(at(res, 'majority', n))} | "
+                    f"{fmt(at(res, 'best_of_n', n))} | {fmt(at(res, 'weighted', n))} | {fmt(at(res, 'pass', n))} | "
+                    f"{fmt(q['balanced_accuracy'])} | {fmt(q['auroc'])} | {fmt(q.get('within_question_auroc'))} |")
+    rows += ["", "| check | measured | against | met |", "|---|---|---|---|"]
+    for c in checks:
+        met = "yes" if c["met"] else "**no**"
+        rows.append(f"| {c['check']}{'' if c['issue'] else ' (control, not an issue check)'} | {fmt(c['measured'])} | "
+                    f"{fmt(c['against'])} | {met} |")
+    return "\n".join(rows)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", default="runs/bench_rlv")
     ap.add_argument("--grpo-config", default=os.path.join(HERE, "configs", "rlv.py"),
-                    help="the baseline arm's config; its method is forced to plain GRPO (default: the GRPO^V config, "
-                         "so both arms share one warm-up, including its verification warm-up)")
+                    help="the baseline arms' config; its method is forced to plain GRPO, and for grpo_plain its "
+                         "verification warm-up is dropped (default: the GRPO^V config)")
     ap.add_argument("--rlv-config", default=os.path.join(HERE, "configs", "rlv.py"))
     ap.add_argument("--n", type=int, default=16, help="samples per question (N of weighted@N, maj@N, BoN@N)")
     ap.add_argument("--questions", type=int, default=256, help="held-out questions to evaluate")
@@ -107,80 +161,61 @@ def main(argv=None):
     import train as train_script
 
     t0 = time.time()
-    runs = {}
-    for name, path in (("grpo", args.grpo_config), ("rlv", args.rlv_config)):
-        cfg = load_config(path)
-        if name == "grpo":
-            as_plain_grpo(cfg)
-        cfg.workdir = os.path.join(os.path.abspath(args.workdir), name)
+    cfgs = {}
+    for arm in ARMS:
+        cfg = load_config(args.rlv_config if arm == "rlv" else args.grpo_config)
+        if arm != "rlv":
+            as_plain_grpo(cfg, verify_warmup=arm == "grpo")
+        cfg.workdir = os.path.join(os.path.abspath(args.workdir), arm)
         cfg.rl.progress = not args.no_progress
         if args.rl_steps:
             cfg.rl.steps = args.rl_steps
-        if name == "rlv":
-            share_warmup(runs["grpo"][0].workdir, cfg.workdir)
-        print(f"== {name}: {path} -> {cfg.workdir}")
+        if arm == "rlv":
+            share_warmup(cfgs["grpo"].workdir, cfg.workdir)
+        elif arm == "grpo_plain":
+            share_warmup(cfgs["grpo"].workdir, cfg.workdir, names=("tokenizer",))
+        print(f"== {arm}: {cfg.workdir}")
         train_script.run(cfg)
-        runs[name] = (cfg, None)
-    for name, (cfg, _) in list(runs.items()):
-        print(f"== evaluating {name}: {args.questions} held-out questions x {args.n} samples")
-        runs[name] = (cfg, evaluate_run(cfg.workdir, cfg, args.n, args.questions, not args.no_progress))
+        cfgs[arm] = cfg
+    evals = {}
+    for arm, cfg in cfgs.items():
+        print(f"== evaluating {arm}: {args.questions} held-out questions x {args.n} samples")
+        evals[arm] = evaluate_run(cfg.workdir, cfg, args.n, args.questions, not args.no_progress)
 
-    g, v = runs["grpo"][1], runs["rlv"][1]
     n = args.n
-    bal = v["verifier"]["self"]["balanced_accuracy"]
-    checks = [
-        ("GRPO^V verifier balanced accuracy >= 75%", bal, 0.75, bal is not None and bal >= 0.75),
-        (f"GRPO^V weighted@{n} > GRPO^V maj@{n}", at(v, "weighted", n), at(v, "majority", n),
-         at(v, "weighted", n) > at(v, "majority", n)),
-        (f"GRPO^V BoN@{n} (self) > GRPO BoN@{n} (LLM-as-a-judge)", at(v, "best_of_n", n), at(g, "best_of_n", n),
-         at(v, "best_of_n", n) > at(g, "best_of_n", n)),
-        ("GRPO^V pass@1 >= GRPO pass@1 - 2 points", at(v, "pass", 1), at(g, "pass", 1) - 0.02,
-         at(v, "pass", 1) >= at(g, "pass", 1) - 0.02),
-    ]
-    rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | weighted@%d | pass@%d | verifier bal. acc. | AUROC | "
-            "AUROC within a question |" % (n, n, n, n), "|---|---|---|---|---|---|---|---|---|---|"]
-    for label, res, who in (("GRPO", g, "itself, warm-up only (LLM-as-a-judge)"), ("GRPO^V", v, "itself (warm-up + RL^V)")):
-        q = res["verifier"]["self"]
-        fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"
-        rows.append(f"| {label} | {who} | {fmt(at(res, 'pass', 1))} | {fmt(at(res, 'majority', n))} | "
-                    f"{fmt(at(res, 'best_of_n', n))} | {fmt(at(res, 'weighted', n))} | {fmt(at(res, 'pass', n))} | "
-                    f"{fmt(q['balanced_accuracy'])} | {fmt(q['auroc'])} | {fmt(q.get('within_question_auroc'))} |")
-    lines = rows + ["", "| check | measured | against | met |", "|---|---|---|---|"]
-    lines += [f"| {c} | {100 * a:.1f} | {100 * b:.1f} | {'yes' if ok else '**no**'} |" for c, a, b, ok in checks]
-    table = "\n".join(lines)
+    checks = issue_checks(evals["grpo_plain"], evals["grpo"], evals["rlv"], n)
+    table = results_table(evals, checks, n)
     print()
     print(table)
     workdir = os.path.abspath(args.workdir)
-    summary = {"n": n, "questions": args.questions, "grpo": {k: g[k] for k in ("strategies", "ks", "verifier",
-                                                                               "sample_accuracy")},
-               "rlv": {k: v[k] for k in ("strategies", "ks", "verifier", "sample_accuracy")},
-               "checks": [{"check": c, "measured": a, "against": b, "met": bool(ok)} for c, a, b, ok in checks],
-               "seconds": time.time() - t0}
+    keys = ("strategies", "ks", "verifier", "sample_accuracy")
+    summary = {"n": n, "questions": args.questions, **{arm: {k: evals[arm][k] for k in keys} for arm in ARMS},
+               "checks": checks, "seconds": time.time() - t0}
     json.dump(summary, open(os.path.join(workdir, "summary.json"), "w"), indent=2)
     open(os.path.join(workdir, "summary.md"), "w").write(table + "\n")
-    plot(g, v, os.path.join(workdir, "accuracy_vs_k.png"))
+    plot(evals, os.path.join(workdir, "accuracy_vs_k.png"))
     print(f"\nwrote {workdir}/summary.md, summary.json, accuracy_vs_k.png ({time.time() - t0:.0f} s)")
     return summary
 
 
-def plot(g: dict, v: dict, path: str) -> None:
+def plot(evals: dict, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for res, label, style in ((g, "GRPO", "--"), (v, "GRPO^V", "-")):
-        ks = res["ks"]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for arm, style in (("grpo_plain", ":"), ("grpo", "--"), ("rlv", "-")):
+        res, label = evals[arm], ("GRPO", "GRPO (control)", "GRPO^V")[("grpo_plain", "grpo", "rlv").index(arm)]
         for strategy, name in (("majority", "maj@k"), ("best_of_n", "BoN@k"), ("weighted", "weighted@k"),
                                ("pass", "pass@k")):
-            ax.plot(ks, [100 * x for x in res["strategies"][strategy]["mean"]], style, marker="o", ms=3,
-                    label=f"{label} {name}" + (" (judge)" if label == "GRPO" and strategy in
-                                               ("best_of_n", "weighted") else ""))
+            judge = " (judge)" if arm == "grpo_plain" and strategy in ("best_of_n", "weighted") else ""
+            ax.plot(res["ks"], [100 * x for x in res["strategies"][strategy]["mean"]], style, marker="o", ms=3,
+                    label=f"{label} {name}{judge}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k (samples per question)")
     ax.set_ylabel("held-out accuracy (%)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=6, ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

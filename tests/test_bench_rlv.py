@@ -1,0 +1,81 @@
+"""experiments/bench_rlv.py: which arm each of issue #4's checks compares against, and the three arms' training."""
+import json
+import os
+import sys
+
+import pytest
+
+EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments")
+sys.path.insert(0, EXPERIMENTS)
+os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
+import bench_rlv  # noqa: E402
+
+
+def fake_eval(pass1, maj, bon, weighted, bal=0.8):
+    ks = [1, 2, 4]
+    curve = lambda first, last: {"mean": [first, (first + last) / 2, last], "std": [0.0] * 3}  # noqa: E731
+    return {"ks": ks, "strategies": {"pass": curve(pass1, 0.99), "majority": curve(pass1, maj),
+                                     "best_of_n": curve(pass1, bon), "weighted": curve(pass1, weighted)},
+            "verifier": {"self": {"balanced_accuracy": bal, "auroc": 0.9, "within_question_auroc": 0.6}}}
+
+
+def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
+    plain = fake_eval(pass1=0.80, maj=0.85, bon=0.70, weighted=0.84, bal=0.5)
+    control = fake_eval(pass1=0.90, maj=0.92, bon=0.88, weighted=0.91)
+    rlv = fake_eval(pass1=0.87, maj=0.91, bon=0.85, weighted=0.93, bal=0.74)
+    checks = bench_rlv.issue_checks(plain, control, rlv, 4)
+    assert [c["issue"] for c in checks] == [True, True, True, True, False, False]
+    bal, weighted, bon, pass1, bon_control, pass1_control = checks
+    assert (bal["measured"], bal["met"]) == (0.74, False)
+    assert (weighted["measured"], weighted["against"], weighted["met"]) == (0.93, 0.91, True)
+    # Check 3 against the plain GRPO's judge (0.70), not the control's warm-up verifier (0.88).
+    assert (bon["against"], bon["met"]) == (0.70, True) and (bon_control["against"], bon_control["met"]) == (0.88, False)
+    assert pass1["met"] and pass1["against"] == pytest.approx(0.78)
+    assert not pass1_control["met"] and pass1_control["against"] == pytest.approx(0.88)
+    table = bench_rlv.results_table({"grpo_plain": plain, "grpo": control, "rlv": rlv}, checks, 4)
+    assert "never trained to verify" in table and table.count("(control, not an issue check)") == 2
+
+
+TINY_CONFIG = f"""
+import sys
+sys.path.insert(0, {os.path.join(EXPERIMENTS, "configs")!r})
+from rlv import get_config as rlv_config
+
+
+def get_config():
+    c = rlv_config()
+    c.data.train_size, c.data.heldout_size = 300, 8
+    c.data.min_operands = c.data.max_operands = 2
+    c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 32, 2, 64
+    c.tokenizer.vocab_size = 300
+    c.sft.steps, c.sft.examples, c.sft.batch_size = 3, 100, 8
+    # Contrast pairs need no correct samples, which a 3-step model does not make.
+    c.sft.verify_steps, c.sft.verify_questions, c.sft.verify_samples = 2, 20, 0
+    c.sft.verify_contrast = "slips"
+    c.rl.steps, c.rl.prompts_per_step, c.rl.samples_per_prompt, c.rl.max_new_tokens = 1, 4, 4, 24
+    return c
+"""
+
+
+@pytest.mark.slow
+def test_three_arms_share_what_they_should_and_only_grpo_plain_never_sees_the_verify_prompt(tmp_path):
+    config = tmp_path / "tiny_rlv.py"
+    config.write_text(TINY_CONFIG)
+    work = tmp_path / "bench"
+    summary = bench_rlv.main(["--workdir", str(work), "--grpo-config", str(config), "--rlv-config", str(config),
+                              "--n", "2", "--questions", "4", "--no-progress"])
+    assert set(bench_rlv.ARMS) <= set(summary) and len(summary["checks"]) == 6
+    results = {arm: json.load(open(work / arm / "results.json")) for arm in bench_rlv.ARMS}
+    assert "verify_warmup" in results["grpo"] and "verify_warmup" in results["rlv"]
+    assert "verify_warmup" not in results["grpo_plain"] and not (work / "grpo_plain" / "logs_verify_warmup").exists()
+    # GRPO^V starts from the control's warmed-up model; plain GRPO from its own SFT with the same tokenizer.
+    read = lambda p: open(p, "rb").read()  # noqa: E731
+    assert read(work / "rlv" / "sft_model" / "model.safetensors") == read(work / "grpo" / "sft_model" / "model.safetensors")
+    assert read(work / "grpo_plain" / "sft_model" / "model.safetensors") != read(
+        work / "grpo" / "sft_model" / "model.safetensors")
+    assert read(work / "grpo_plain" / "tokenizer" / "tokenizer.json") == read(work / "grpo" / "tokenizer" / "tokenizer.json")
+    rows = [json.loads(x) for x in open(work / "rlv" / "logs" / "metrics.jsonl")]
+    assert "loss/verify" in rows[0] and "verify/rows" in rows[0]
+    rows = [json.loads(x) for x in open(work / "grpo_plain" / "logs" / "metrics.jsonl")]
+    assert "loss/verify" not in rows[0]
+    assert (work / "accuracy_vs_k.png").exists() and "GRPO^V" in (work / "summary.md").read_text()
