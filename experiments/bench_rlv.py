@@ -91,7 +91,7 @@ def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> d
     out_path = os.path.join(run_dir, "eval.json")
     if os.path.exists(out_path):
         res = json.load(open(out_path))
-        if res.get("n") == n and res.get("num_questions") == questions:
+        if res.get("n") == n and res.get("num_questions") == questions and "vote_headroom" in res:
             return res
     final = os.path.join(run_dir, "final")
     model, tok = load_pretrained(final), Tokenizer.from_pretrained(final)
@@ -140,6 +140,15 @@ def results_table(evals: dict, checks: list, n: int) -> str:
         met = "yes" if c["met"] else "**no**"
         rows.append(f"| {c['check']}{'' if c['issue'] else ' (control, not an issue check)'} | {fmt(c['measured'])} | "
                     f"{fmt(c['against'])} | {met} |")
+    # Where weighted voting could beat the majority over all N samples, and what the verifier would need for it.
+    rows += ["", f"| policy | maj@{n} wrong | of them with a right sample | top wrong answer's share | right share | "
+             "score ratio needed | score ratio given | weighted rescues | weighted breaks |", "|---|---|---|---|---|---|---|---|---|"]
+    num = lambda x, f: "n/a" if x is None else format(x, f)  # noqa: E731
+    for arm in ("grpo_plain", "grpo", "rlv"):
+        h = evals[arm]["vote_headroom"]["self"]
+        rows.append(f"| {ARM_LABELS[arm][0]} | {num(h['majority_wrong'], 'g')} of {h['questions']} | {h['solvable']} | "
+                    f"{fmt(h['top_wrong_share'])} | {fmt(h['right_share'])} | {num(h['needed_ratio'], '.2f')} | "
+                    f"{num(h['score_ratio'], '.2f')} | {num(h['rescued'], 'g')} | {num(h['broken'], 'g')} |")
     return "\n".join(rows)
 
 

@@ -16,7 +16,10 @@ def fake_eval(pass1, maj, bon, weighted, bal=0.8):
     curve = lambda first, last: {"mean": [first, (first + last) / 2, last], "std": [0.0] * 3}  # noqa: E731
     return {"ks": ks, "strategies": {"pass": curve(pass1, 0.99), "majority": curve(pass1, maj),
                                      "best_of_n": curve(pass1, bon), "weighted": curve(pass1, weighted)},
-            "verifier": {"self": {"balanced_accuracy": bal, "auroc": 0.9, "within_question_auroc": 0.6}}}
+            "verifier": {"self": {"balanced_accuracy": bal, "auroc": 0.9, "within_question_auroc": 0.6}},
+            "vote_headroom": {"self": {"questions": 4, "majority_wrong": 1.5, "solvable": 1, "rescued": 0.0,
+                                       "broken": 0.5, "top_wrong_share": 0.75, "right_share": 0.25,
+                                       "needed_ratio": 3.0, "score_ratio": 1.1}}}
 
 
 def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
@@ -34,6 +37,7 @@ def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
     assert not pass1_control["met"] and pass1_control["against"] == pytest.approx(0.88)
     table = bench_rlv.results_table({"grpo_plain": plain, "grpo": control, "rlv": rlv}, checks, 4)
     assert "never trained to verify" in table and table.count("(control, not an issue check)") == 2
+    assert table.count("| 1.5 of 4 | 1 | 75.0 | 25.0 | 3.00 | 1.10 | 0 | 0.5 |") == 3
 
 
 TINY_CONFIG = f"""

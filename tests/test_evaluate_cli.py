@@ -11,7 +11,8 @@ from jaxrl_reason.data.datasets import write_jsonl
 from jaxrl_reason.data.prompts import solve_prompt, verify_prompt
 from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
 from jaxrl_reason.inference import estimators as est
-from jaxrl_reason.inference.test_time import STRATEGY_LABELS, accuracy_curves, evaluate, verifier_quality
+from jaxrl_reason.inference.test_time import (STRATEGY_LABELS, accuracy_curves, evaluate, verifier_quality,
+                                              vote_headroom)
 from jaxrl_reason.rewards.base import RewardResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +70,34 @@ def test_within_question_auroc_ignores_how_hard_a_question_looks():
     assert verifier_quality(by_solution, correct)["within_question_auroc"] == pytest.approx(1.0)
     assert verifier_quality(1 - by_solution, correct)["within_question_auroc"] == pytest.approx(0.0)
     assert verifier_quality(by_solution.reshape(-1), correct.reshape(-1))["within_question_auroc"] is None
+
+
+def test_vote_headroom_counts_what_weighted_voting_could_win_and_what_it_needs():
+    # q0: a systematic error (12 of 16 samples share one wrong answer, 4 are right); q1: the majority is right;
+    # q2: every sample wrong (no headroom); q3: a 2-2 tie between a right and a wrong answer.
+    correct = np.zeros((4, 16))
+    classes = np.zeros((4, 16), np.int64)
+    correct[0, :4], classes[0, :4], classes[0, 4:] = 1, 1, 2
+    correct[1, :10], classes[1, 10:] = 1, 3
+    classes[2] = 5
+    correct[3, :8], classes[3, 8:] = 1, 7
+    by_question = np.repeat([[0.9], [0.8], [0.2], [0.5]], 16, axis=1)  # knows how hard each question is, no more
+    h = vote_headroom(correct, classes, by_question)
+    assert h["majority_wrong"] == pytest.approx(2.5) and h["solvable"] == 1  # the tie counts 1/2, not as solvable
+    assert h["rescued"] == 0 and h["broken"] == 0
+    assert h["top_wrong_share"] == pytest.approx(0.75) and h["right_share"] == pytest.approx(0.25)
+    assert h["needed_ratio"] == pytest.approx(3.0) and h["score_ratio"] == pytest.approx(1.0)
+    # A verifier that reads solutions: 4 right samples at 0.9 outweigh 12 wrong at 0.2 (3.6 > 2.4) ...
+    reads = by_question.copy()
+    reads[0, :4], reads[0, 4:] = 0.9, 0.2
+    reads[3, :8], reads[3, 8:] = 0.9, 0.1
+    h = vote_headroom(correct, classes, reads)
+    assert h["rescued"] == pytest.approx(1.5) and h["broken"] == 0 and h["score_ratio"] == pytest.approx(4.5)
+    # ... one that prefers the wrong answer breaks the tie the other way and rescues nothing.
+    h = vote_headroom(correct, classes, 1 - reads)
+    assert h["rescued"] == 0 and h["broken"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="questions, samples"):
+        vote_headroom(correct[0], classes[0], by_question[0])
 
 
 def test_data_specs():

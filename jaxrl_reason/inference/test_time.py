@@ -387,6 +387,52 @@ def verifier_quality(scores: np.ndarray, correct: np.ndarray) -> dict:
     return res
 
 
+def vote_headroom(correct: np.ndarray, classes: np.ndarray, scores: np.ndarray) -> dict:
+    """Where a verifier could beat the majority vote over all N samples, and how far it is from doing so.
+
+    correct, classes, scores: [Q, N]. Counts questions whose majority vote is wrong (`majority_wrong`, ties
+    counted fractionally as `majority_at_k` does) and, of those, the ones with a right sample (`solvable`:
+    weighted voting's headroom); `rescued` / `broken`: questions the weighted vote gets right where the majority
+    does not, and the reverse. On the solvable questions: the share of samples in the winning wrong answer
+    (`top_wrong_share`, near 1 when the policy's error is systematic) and of right samples (`right_share`), and the
+    score ratio a right sample would need over a top-wrong one to win the weighted vote (`needed_ratio`, the
+    median of count(top wrong) / count(right)) beside the ratio the verifier gives (`score_ratio`, the median of
+    mean score(right) / mean score(top wrong)). A verifier that only predicts which questions are hard gives ~1.
+    """
+    correct = np.asarray(correct, np.float64)
+    classes = np.asarray(classes, np.int64)
+    scores = np.asarray(scores, np.float64)
+    if correct.ndim != 2 or classes.shape != correct.shape or scores.shape != correct.shape:
+        raise ValueError(f"vote_headroom: correct, classes and scores must all be [questions, samples], got "
+                         f"{correct.shape}, {classes.shape} and {scores.shape}")
+    n = correct.shape[1]
+    res = {"questions": int(correct.shape[0]), "majority_wrong": 0.0, "solvable": 0, "rescued": 0.0, "broken": 0.0,
+           "top_wrong_share": None, "right_share": None, "needed_ratio": None, "score_ratio": None}
+    shares, right_shares, needed, ratios = [], [], [], []
+    for a, c, s in zip(correct, classes, scores):
+        maj = float(est.vote_subset_outcomes(c, a, n, num_subsets=1)[0][0])
+        weighted = float(est.vote_subset_outcomes(c, a, n, weights=s, num_subsets=1)[0][0])
+        res["majority_wrong"] += 1.0 - maj
+        res["rescued"] += max(weighted - maj, 0.0)
+        res["broken"] += max(maj - weighted, 0.0)
+        right = a > 0.5
+        if maj >= 0.5 or not right.any():
+            continue
+        res["solvable"] += 1
+        wrong_classes, counts = np.unique(c[~right & (c >= 0)], return_counts=True)
+        if not len(wrong_classes):
+            continue
+        top = (c == wrong_classes[np.argmax(counts)]) & ~right
+        shares.append(top.mean())
+        right_shares.append(right.mean())
+        needed.append(top.sum() / right.sum())
+        ratios.append(s[right].mean() / max(s[top].mean(), 1e-30))
+    if shares:
+        res.update(top_wrong_share=float(np.mean(shares)), right_share=float(np.mean(right_shares)),
+                   needed_ratio=float(np.median(needed)), score_ratio=float(np.median(ratios)))
+    return res
+
+
 def _auroc(s: np.ndarray, y: np.ndarray) -> float:
     """P(score of a random correct sample > that of a random wrong one), ties counted 1/2 (both classes present)."""
     _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
@@ -512,6 +558,7 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
         "no_answer_rate": float((classes < 0).mean()),
         "finish_reasons": {name: float((finish == i).mean()) for i, name in enumerate(FINISH_NAMES)},
         "verifier": {name: verifier_quality(s, correct) for name, s in scores.items()},
+        "vote_headroom": {name: vote_headroom(correct, classes, s) for name, s in scores.items()},
         "config": {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k,
                    "seed": seed, "score": "P(Yes)/(P(Yes)+P(No))" if normalize else "P(Yes)"},
     }
