@@ -95,11 +95,21 @@ def markdown_table(results: dict) -> str:
     lines.append("| verifier prompt tokens / question | "
                  + " | ".join(f"{t:.0f}" for t in tokens["verifier_prompt"]) + " |")
     lines += ["", "## Verifier quality", "", "| verifier | mean score (correct) | mean score (wrong) | AUROC | "
-              "balanced acc. @0.5 |", "|---|---|---|---|---|"]
-    fmt = lambda v: "n/a" if v is None else f"{v:.4f}"
+              "AUROC within a question | balanced acc. @0.5 |", "|---|---|---|---|---|---|"]
+    fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
     for name, q in results["verifier"].items():
         lines.append(f"| {name} | {fmt(q['mean_score_correct'])} | {fmt(q['mean_score_wrong'])} | "
-                     f"{fmt(q['auroc'])} | {fmt(q['balanced_accuracy'])} |")
+                     f"{fmt(q['auroc'])} | {fmt(q['within_question_auroc'])} ({q['mixed_questions']} questions) | "
+                     f"{fmt(q['balanced_accuracy'])} |")
+    n = results["n"]
+    lines += ["", f"## Weighted vote against the majority over all {n} samples (`vote_headroom`)", "",
+              f"| verifier | maj@{n} wrong | of them with a right sample | top wrong answer's share | right share | "
+              "score ratio needed | score ratio given | weighted rescues | weighted breaks |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for name, h in results["vote_headroom"].items():
+        lines.append(f"| {name} | {h['majority_wrong']:g} of {h['questions']} | {h['solvable']} | "
+                     f"{fmt(h['top_wrong_share'])} | {fmt(h['right_share'])} | {fmt(h['needed_ratio'])} | "
+                     f"{fmt(h['score_ratio'])} | {h['rescued']:g} | {h['broken']:g} |")
     return "\n".join(lines) + "\n"
 
 
