@@ -2,8 +2,8 @@
 
     python experiments/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100]
 
-Trains (or resumes) three runs of the embedded default task (`configs/rlv.py`) that share one tokenizer and one
-SFT on worked solutions:
+Trains (or resumes; a finished run is only evaluated) three runs of the embedded default task (`configs/rlv.py`)
+that share one tokenizer and one SFT on worked solutions:
   grpo_plain  SFT, then plain GRPO; never trained on the verify prompt    the issue's plain GRPO model
   grpo        SFT + the verification warm-up, then plain GRPO             a control: same start as GRPO^V
   rlv         SFT + the verification warm-up, then GRPO^V (the fused "Is this solution correct?" term)
@@ -80,6 +80,15 @@ def share_warmup(src: str, dst: str, names=("tokenizer", "sft_model")) -> None:
         before = json.load(open(os.path.join(src, "results.json")))
         json.dump({k: before[k] for k in ("before", "sft_seconds", "verify_warmup") if k in before}, open(results, "w"),
                   indent=2)
+
+
+def trained(cfg) -> bool:
+    """The run finished `cfg.rl.steps` RL steps and saved its final checkpoint (so only evaluation is left)."""
+    path = os.path.join(cfg.workdir, "results.json")
+    if not os.path.exists(os.path.join(cfg.workdir, "final", "config.json")) or not os.path.exists(path):
+        return False
+    results = json.load(open(path))
+    return "after" in results and results.get("rl_steps") == cfg.rl.steps
 
 
 def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> dict:
@@ -183,8 +192,11 @@ def main(argv=None):
             share_warmup(cfgs["grpo"].workdir, cfg.workdir)
         elif arm == "grpo_plain":
             share_warmup(cfgs["grpo"].workdir, cfg.workdir, names=("tokenizer",))
-        print(f"== {arm}: {cfg.workdir}")
-        train_script.run(cfg)
+        if trained(cfg):
+            print(f"== {arm}: {cfg.workdir} (trained for {cfg.rl.steps} RL steps already)")
+        else:
+            print(f"== {arm}: {cfg.workdir}")
+            train_script.run(cfg)
         cfgs[arm] = cfg
     evals = {}
     for arm, cfg in cfgs.items():

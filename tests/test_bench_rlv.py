@@ -83,3 +83,9 @@ def test_three_arms_share_what_they_should_and_only_grpo_plain_never_sees_the_ve
     rows = [json.loads(x) for x in open(work / "grpo_plain" / "logs" / "metrics.jsonl")]
     assert "loss/verify" not in rows[0]
     assert (work / "accuracy_vs_k.png").exists() and "GRPO^V" in (work / "summary.md").read_text()
+    # A second call finds every arm trained and evaluated: nothing is retrained, the numbers are the same.
+    stamps = {arm: os.path.getmtime(work / arm / "results.json") for arm in bench_rlv.ARMS}
+    again = bench_rlv.main(["--workdir", str(work), "--grpo-config", str(config), "--rlv-config", str(config),
+                            "--n", "2", "--questions", "4", "--no-progress"])
+    assert stamps == {arm: os.path.getmtime(work / arm / "results.json") for arm in bench_rlv.ARMS}
+    assert again["checks"] == summary["checks"]
