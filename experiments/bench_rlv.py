@@ -155,9 +155,9 @@ def results_table(evals: dict, checks: list, n: int) -> str:
     num = lambda x, f: "n/a" if x is None else format(x, f)  # noqa: E731
     for arm in ("grpo_plain", "grpo", "rlv"):
         h = evals[arm]["vote_headroom"]["self"]
-        rows.append(f"| {ARM_LABELS[arm][0]} | {num(h['majority_wrong'], 'g')} of {h['questions']} | {h['solvable']} | "
+        rows.append(f"| {ARM_LABELS[arm][0]} | {num(h['majority_wrong'], '.1f')} of {h['questions']} | {h['solvable']} | "
                     f"{fmt(h['top_wrong_share'])} | {fmt(h['right_share'])} | {num(h['needed_ratio'], '.2f')} | "
-                    f"{num(h['score_ratio'], '.2f')} | {num(h['rescued'], 'g')} | {num(h['broken'], 'g')} |")
+                    f"{num(h['score_ratio'], '.2f')} | {num(h['rescued'], '.1f')} | {num(h['broken'], '.1f')} |")
     return "\n".join(rows)
 
 
@@ -228,11 +228,12 @@ def plot(evals: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     for arm, style in (("grpo_plain", ":"), ("grpo", "--"), ("rlv", "-")):
         res, label = evals[arm], ("GRPO", "GRPO (control)", "GRPO^V")[("grpo_plain", "grpo", "rlv").index(arm)]
-        for strategy, name in (("majority", "maj@k"), ("best_of_n", "BoN@k"), ("weighted", "weighted@k"),
-                               ("pass", "pass@k")):
+        # One colour per strategy, one line style per arm.
+        for color, (strategy, name) in enumerate((("majority", "maj@k"), ("best_of_n", "BoN@k"),
+                                                  ("weighted", "weighted@k"), ("pass", "pass@k"))):
             judge = " (judge)" if arm == "grpo_plain" and strategy in ("best_of_n", "weighted") else ""
-            ax.plot(res["ks"], [100 * x for x in res["strategies"][strategy]["mean"]], style, marker="o", ms=3,
-                    label=f"{label} {name}{judge}")
+            ax.plot(res["ks"], [100 * x for x in res["strategies"][strategy]["mean"]], style, color=f"C{color}",
+                    marker="o", ms=3, label=f"{label} {name}{judge}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k (samples per question)")
     ax.set_ylabel("held-out accuracy (%)")

@@ -16,7 +16,8 @@ unlikely to flag) or differ (slips).
 `--pairs-only` trains the verdict on contrast pairs alone (worked solution vs one-slip copy) and reports accuracy on
 held-out pairs; `--init RUN` starts from a train.py run's warmed-up model instead (to continue its warm-up), and
 `--vote-questions N` then also scores fresh samples of N held-out questions (maj / weighted / Best-of-N and the
-verifier's AUROC within a question).
+verifier's AUROC within a question). `--error-report DIR/samples.jsonl` sorts an `evaluate.py` run's wrong samples
+(and those of each wrong majority) by kind, without training anything.
 This is a measurement, not a test: one SFT length at the default size takes ~4 minutes on 2 CPU cores.
 """
 from __future__ import annotations
@@ -65,6 +66,50 @@ def error_table(questions, solutions, labels, samples_per_question: int) -> dict
             answers = [(_BOX_RE.findall(s) or [None])[-1] for s in wrong]
             repeats["repeated" if len(set(answers)) < len(answers) else "all_different"] += 1
     return {"kinds": dict(kinds), "questions_with_2plus_wrong": dict(repeats)}
+
+
+def copy_error_kind(solution: str, operands) -> str:
+    """Which copy went wrong in a compact `+` chain that `classify_compact_error` files as "copy": the running
+    total not carried over, or the line's new operand being a number absent from the question, an earlier operand
+    or a later one (the policy lost its place)."""
+    running = operands[0]
+    for j, ((a, b, r), want_b) in enumerate(zip(
+            [tuple(int(x) for x in (a, b, r)) for a, _, b, r in _STEP_RE.findall(solution)], operands[1:])):
+        if a != running:
+            return "running_total"
+        if b != want_b:
+            return "later_operand" if b in operands[j + 2:] else "earlier_operand" if b in operands[:j + 1] \
+                else "not_in_question"
+        running = r
+    raise ValueError("copy_error_kind: every line copies its operands right; not a copy error")
+
+
+def majority_error_report(rows) -> dict:
+    """Error kinds in `experiments/evaluate.py` samples (rows of samples.jsonl: question, completions, correct,
+    classes): over every wrong sample, and over the samples of the wrong answer that wins a question's majority vote
+    where some sample is right (what weighted voting would have to outvote); copy errors split by `copy_error_kind`."""
+    out = {"wrong": collections.Counter(), "winning_wrong": collections.Counter(), "copy": collections.Counter(),
+           "questions_majority_wrong_with_a_right_sample": 0}
+    for row in rows:
+        operands = [int(x) for x in re.findall(r"\d+", row["question"])]
+        correct = [bool(c) for c in row["correct"]]
+        for text, ok in zip(row["completions"], correct):
+            if not ok:
+                kind = classify_compact_error(text, operands)
+                out["wrong"][kind] += 1
+                if kind == "copy":
+                    out["copy"][copy_error_kind(text, operands)] += 1
+        answered = collections.Counter(c for c in row["classes"] if c >= 0)
+        if not answered or not any(correct):
+            continue
+        top = answered.most_common(1)[0][0]
+        if any(ok for c, ok in zip(row["classes"], correct) if c == top):
+            continue
+        out["questions_majority_wrong_with_a_right_sample"] += 1
+        for text, c in zip(row["completions"], row["classes"]):
+            if c == top:
+                out["winning_wrong"][classify_compact_error(text, operands)] += 1
+    return {k: dict(v) if isinstance(v, collections.Counter) else v for k, v in out.items()}
 
 
 def nll_by_tenth(history) -> str:
@@ -143,7 +188,16 @@ def main():
     p.add_argument("--init", default="",
                    help="start from a train.py run directory's sft_model/ and tokenizer/ instead of the cached SFT "
                         "model (e.g. to continue the verification warm-up of a bench_rlv arm)")
+    p.add_argument("--error-report", default="",
+                   help="only sort the wrong samples of an `experiments/evaluate.py --out DIR` run (DIR/samples.jsonl) "
+                        "by kind, also those of the wrong answers that win a majority vote, and exit")
     args = p.parse_args()
+    if args.error_report:
+        import json
+
+        rows = [json.loads(line) for line in open(args.error_report)]
+        print(json.dumps(majority_error_report(rows), indent=2))
+        return
 
     import jax
     from absl import logging

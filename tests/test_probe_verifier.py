@@ -60,3 +60,40 @@ def test_init_needs_a_run_that_finished_its_warm_up(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["probe_verifier.py", "--init", str(tmp_path), "--pairs-only"])
     with pytest.raises(SystemExit, match="sft_model/config.json is missing"):
         probe_verifier.main()
+
+
+@pytest.mark.parametrize("solution,kind", [
+    ("4 + 9 = 13\n13 + 3 = 16\n16 + 7 = 23\n\\boxed{23}", "not_in_question"),  # 3 is nowhere in the question
+    ("4 + 9 = 13\n13 + 7 = 20\n20 + 7 = 27\n\\boxed{27}", "later_operand"),  # jumped ahead to the last operand
+    ("4 + 9 = 13\n13 + 9 = 22\n22 + 7 = 29\n\\boxed{29}", "earlier_operand"),  # repeated the operand before
+    ("4 + 9 = 13\n14 + 2 = 16\n16 + 7 = 23\n\\boxed{23}", "running_total"),
+])
+def test_copy_error_kind(solution, kind):
+    assert probe_verifier.classify_compact_error(solution, OPERANDS) == "copy"
+    assert probe_verifier.copy_error_kind(solution, OPERANDS) == kind
+
+
+def test_copy_error_kind_refuses_a_chain_without_a_copy_error():
+    with pytest.raises(ValueError, match="not a copy error"):
+        probe_verifier.copy_error_kind(RIGHT, OPERANDS)
+
+
+def test_majority_error_report_sorts_the_answers_that_win_a_wrong_vote():
+    q = "What is 4 + 9 + 2 + 7?"
+    copy = "4 + 9 = 13\n13 + 3 = 16\n16 + 7 = 23\n\\boxed{23}"
+    arith = "4 + 9 = 13\n13 + 2 = 16\n16 + 7 = 23\n\\boxed{23}"  # the same wrong answer by another error
+    drop = "4 + 9 = 13\n13 + 7 = 20\n\\boxed{20}"
+    rows = [
+        # a wrong majority (23, three samples) beside one right sample: its samples are what weighting must outvote
+        {"question": q, "completions": [copy, copy, arith, RIGHT, drop], "correct": [0, 0, 0, 1, 0],
+         "classes": [0, 0, 0, 1, 2]},
+        # a right majority: its wrong samples count, but not as a winning wrong answer
+        {"question": q, "completions": [RIGHT, RIGHT, drop], "correct": [1, 1, 0], "classes": [0, 0, 1]},
+        # every sample wrong: no right sample to rescue
+        {"question": q, "completions": [copy, copy], "correct": [0, 0], "classes": [0, 0]},
+    ]
+    report = probe_verifier.majority_error_report(rows)
+    assert report["wrong"] == {"copy": 4, "arith": 1, "nsteps": 2}
+    assert report["copy"] == {"not_in_question": 4}
+    assert report["winning_wrong"] == {"copy": 2, "arith": 1}
+    assert report["questions_majority_wrong_with_a_right_sample"] == 1
