@@ -107,9 +107,9 @@ def markdown_table(results: dict) -> str:
               "score ratio needed | score ratio given | weighted rescues | weighted breaks |",
               "|---|---|---|---|---|---|---|---|---|"]
     for name, h in results["vote_headroom"].items():
-        lines.append(f"| {name} | {h['majority_wrong']:g} of {h['questions']} | {h['solvable']} | "
+        lines.append(f"| {name} | {h['majority_wrong']:.1f} of {h['questions']} | {h['solvable']} | "
                      f"{fmt(h['top_wrong_share'])} | {fmt(h['right_share'])} | {fmt(h['needed_ratio'])} | "
-                     f"{fmt(h['score_ratio'])} | {h['rescued']:g} | {h['broken']:g} |")
+                     f"{fmt(h['score_ratio'])} | {h['rescued']:.1f} | {h['broken']:.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -37,7 +37,7 @@ def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
     assert not pass1_control["met"] and pass1_control["against"] == pytest.approx(0.88)
     table = bench_rlv.results_table({"grpo_plain": plain, "grpo": control, "rlv": rlv}, checks, 4)
     assert "never trained to verify" in table and table.count("(control, not an issue check)") == 2
-    assert table.count("| 1.5 of 4 | 1 | 75.0 | 25.0 | 3.00 | 1.10 | 0 | 0.5 |") == 3
+    assert table.count("| 1.5 of 4 | 1 | 75.0 | 25.0 | 3.00 | 1.10 | 0.0 | 0.5 |") == 3
 
 
 TINY_CONFIG = f"""
