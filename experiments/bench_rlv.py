@@ -3,7 +3,7 @@
     python experiments/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100]
 
 Trains (or resumes; a finished run is only evaluated) three runs of the embedded default task (`configs/rlv.py`)
-that share one tokenizer and one SFT on worked solutions:
+that share one tokenizer and the same SFT on worked solutions (config and seed; the plain arm runs it again):
   grpo_plain  SFT, then plain GRPO; never trained on the verify prompt    the issue's plain GRPO model
   grpo        SFT + the verification warm-up, then plain GRPO             a control: same start as GRPO^V
   rlv         SFT + the verification warm-up, then GRPO^V (the fused "Is this solution correct?" term)
