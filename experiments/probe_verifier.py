@@ -40,9 +40,14 @@ _STEP_RE = re.compile(r"(-?\d+) ([+\-*]) (-?\d+) = (-?\d+)")
 _BOX_RE = re.compile(r"\\boxed\{(-?\d+)\}")
 
 
+def _compact_steps(solution: str) -> list:
+    """(a, b, r) of every `a op b = r` line."""
+    return [tuple(int(x) for x in (a, b, r)) for a, _, b, r in _STEP_RE.findall(solution)]
+
+
 def classify_compact_error(solution: str, operands) -> str:
     """Why a wrong compact `+` chain is wrong: nsteps | copy | arith | box (the first that applies)."""
-    steps = [tuple(int(x) for x in (a, b, r)) for a, _, b, r in _STEP_RE.findall(solution)]
+    steps = _compact_steps(solution)
     if len(steps) != len(operands) - 1:
         return "nsteps"
     running = operands[0]
@@ -73,8 +78,7 @@ def copy_error_kind(solution: str, operands) -> str:
     total not carried over, or the line's new operand being a number absent from the question, an earlier operand
     or a later one (the policy lost its place)."""
     running = operands[0]
-    for j, ((a, b, r), want_b) in enumerate(zip(
-            [tuple(int(x) for x in (a, b, r)) for a, _, b, r in _STEP_RE.findall(solution)], operands[1:])):
+    for j, ((a, b, r), want_b) in enumerate(zip(_compact_steps(solution), operands[1:])):
         if a != running:
             return "running_total"
         if b != want_b:
@@ -87,7 +91,8 @@ def copy_error_kind(solution: str, operands) -> str:
 def majority_error_report(rows) -> dict:
     """Error kinds in `experiments/evaluate.py` samples (rows of samples.jsonl: question, completions, correct,
     classes): over every wrong sample, and over the samples of the wrong answer that wins a question's majority vote
-    where some sample is right (what weighted voting would have to outvote); copy errors split by `copy_error_kind`."""
+    where some sample is right (what weighted voting would have to outvote; a tie goes to the answer seen first);
+    copy errors split by `copy_error_kind`. For the arithmetic default's compact `+` chains."""
     out = {"wrong": collections.Counter(), "winning_wrong": collections.Counter(), "copy": collections.Counter(),
            "questions_majority_wrong_with_a_right_sample": 0}
     for row in rows:
@@ -190,7 +195,8 @@ def main():
                         "model (e.g. to continue the verification warm-up of a bench_rlv arm)")
     p.add_argument("--error-report", default="",
                    help="only sort the wrong samples of an `experiments/evaluate.py --out DIR` run (DIR/samples.jsonl) "
-                        "by kind, also those of the wrong answers that win a majority vote, and exit")
+                        "on the arithmetic default by kind, also those of the wrong answers that win a majority "
+                        "vote, and exit")
     args = p.parse_args()
     if args.error_report:
         import json
