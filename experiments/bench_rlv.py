@@ -50,7 +50,7 @@ def load_config(path):
 
 # Run order: the control makes the shared warm-up, GRPO^V starts from it, plain GRPO shares only the tokenizer.
 ARMS = ("grpo", "rlv", "grpo_plain")
-ARM_LABELS = {
+ARM_LABELS = {  # table rows, in this order
     "grpo_plain": ("GRPO", "itself, never trained to verify (LLM-as-a-judge)"),
     "grpo": ("GRPO from the verification warm-up (control)", "itself, the warm-up's verifier"),
     "rlv": ("GRPO^V", "itself (warm-up + RL^V)"),
@@ -138,8 +138,8 @@ def results_table(evals: dict, checks: list, n: int) -> str:
     fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
     rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | weighted@%d | pass@%d | verifier bal. acc. | AUROC | "
             "AUROC within a question |" % (n, n, n, n), "|---|---|---|---|---|---|---|---|---|---|"]
-    for arm in ("grpo_plain", "grpo", "rlv"):
-        res, (label, who) = evals[arm], ARM_LABELS[arm]
+    for arm, (label, who) in ARM_LABELS.items():
+        res = evals[arm]
         q = res["verifier"]["self"]
         rows.append(f"| {label} | {who} | {fmt(at(res, 'pass', 1))} | {fmt(at(res, 'majority', n))} | "
                     f"{fmt(at(res, 'best_of_n', n))} | {fmt(at(res, 'weighted', n))} | {fmt(at(res, 'pass', n))} | "
@@ -153,9 +153,9 @@ def results_table(evals: dict, checks: list, n: int) -> str:
     rows += ["", f"| policy | maj@{n} wrong | of them with a right sample | top wrong answer's share | right share | "
              "score ratio needed | score ratio given | weighted rescues | weighted breaks |", "|---|---|---|---|---|---|---|---|---|"]
     num = lambda x, f: "n/a" if x is None else format(x, f)  # noqa: E731
-    for arm in ("grpo_plain", "grpo", "rlv"):
+    for arm, (label, _) in ARM_LABELS.items():
         h = evals[arm]["vote_headroom"]["self"]
-        rows.append(f"| {ARM_LABELS[arm][0]} | {num(h['majority_wrong'], '.1f')} of {h['questions']} | {h['solvable']} | "
+        rows.append(f"| {label} | {num(h['majority_wrong'], '.1f')} of {h['questions']} | {h['solvable']} | "
                     f"{fmt(h['top_wrong_share'])} | {fmt(h['right_share'])} | {num(h['needed_ratio'], '.2f')} | "
                     f"{num(h['score_ratio'], '.2f')} | {num(h['rescued'], '.1f')} | {num(h['broken'], '.1f')} |")
     return "\n".join(rows)
@@ -226,8 +226,8 @@ def plot(evals: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for arm, style in (("grpo_plain", ":"), ("grpo", "--"), ("rlv", "-")):
-        res, label = evals[arm], ("GRPO", "GRPO (control)", "GRPO^V")[("grpo_plain", "grpo", "rlv").index(arm)]
+    for arm, style, label in (("grpo_plain", ":", "GRPO"), ("grpo", "--", "GRPO (control)"), ("rlv", "-", "GRPO^V")):
+        res = evals[arm]
         # One colour per strategy, one line style per arm.
         for color, (strategy, name) in enumerate((("majority", "maj@k"), ("best_of_n", "BoN@k"),
                                                   ("weighted", "weighted@k"), ("pass", "pass@k"))):
