@@ -1,6 +1,6 @@
 """RL^V on the CPU default task: does training the policy to verify its own solutions pay off at test time?
 
-    python experiments/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100]
+    python experiments/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100] [--seed 1]
 
 Trains (or resumes; a finished run is only evaluated) three runs of the embedded default task (`configs/rlv.py`)
 that share one tokenizer and the same SFT on worked solutions (config and seed; the plain arm runs it again):
@@ -91,6 +91,20 @@ def trained(cfg) -> bool:
     return "after" in results and results.get("rl_steps") == cfg.rl.steps
 
 
+def claim_seed(workdir: str, seed: int) -> None:
+    """Records which seed a benchmark workdir's arms were trained with, and refuses to mix seeds in one workdir
+    (a finished arm is reused, so a second seed there would silently evaluate the first seed's models)."""
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "bench_seed.json")
+    if os.path.exists(path):
+        had = json.load(open(path))["seed"]
+        if had != seed:
+            raise SystemExit(f"bench_rlv: {workdir} holds arms trained with seed {had}, not {seed}; pass "
+                             f"--seed {had} to resume it, or a new --workdir for seed {seed}")
+    else:
+        json.dump({"seed": seed}, open(path, "w"))
+
+
 def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> dict:
     from jaxrl_reason.data.datasets import load_examples
     from jaxrl_reason.inference.test_time import evaluate
@@ -171,6 +185,9 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=16, help="samples per question (N of weighted@N, maj@N, BoN@N)")
     ap.add_argument("--questions", type=int, default=256, help="held-out questions to evaluate")
     ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the configs' rl.steps)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="every arm's seed (model init, data split and order, sampling, evaluation); default: the "
+                         "configs' own. A new seed with a new --workdir is an independent repeat of the benchmark")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -179,6 +196,8 @@ def main(argv=None):
     import train as train_script
 
     t0 = time.time()
+    seed = args.seed if args.seed is not None else load_config(args.rlv_config).seed
+    claim_seed(os.path.abspath(args.workdir), seed)
     cfgs = {}
     for arm in ARMS:
         cfg = load_config(args.rlv_config if arm == "rlv" else args.grpo_config)
@@ -188,6 +207,7 @@ def main(argv=None):
         cfg.rl.progress = not args.no_progress
         if args.rl_steps:
             cfg.rl.steps = args.rl_steps
+        cfg.seed = seed
         if arm == "rlv":
             share_warmup(cfgs["grpo"].workdir, cfg.workdir)
         elif arm == "grpo_plain":
@@ -210,7 +230,7 @@ def main(argv=None):
     print(table)
     workdir = os.path.abspath(args.workdir)
     keys = ("strategies", "ks", "verifier", "sample_accuracy")
-    summary = {"n": n, "questions": args.questions, **{arm: {k: evals[arm][k] for k in keys} for arm in ARMS},
+    summary = {"n": n, "questions": args.questions, "seed": seed, **{arm: {k: evals[arm][k] for k in keys} for arm in ARMS},
                "checks": checks, "seconds": time.time() - t0}
     json.dump(summary, open(os.path.join(workdir, "summary.json"), "w"), indent=2)
     open(os.path.join(workdir, "summary.md"), "w").write(table + "\n")

@@ -89,3 +89,7 @@ def test_three_arms_share_what_they_should_and_only_grpo_plain_never_sees_the_ve
                             "--n", "2", "--questions", "4", "--no-progress"])
     assert stamps == {arm: os.path.getmtime(work / arm / "results.json") for arm in bench_rlv.ARMS}
     assert again["checks"] == summary["checks"]
+    # Another seed in the same workdir would evaluate this seed's models under its name: refused, naming the fix.
+    with pytest.raises(SystemExit, match="--seed 0 to resume it, or a new --workdir"):
+        bench_rlv.main(["--workdir", str(work), "--grpo-config", str(config), "--rlv-config", str(config),
+                        "--n", "2", "--questions", "4", "--no-progress", "--seed", "3"])
