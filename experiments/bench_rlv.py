@@ -18,8 +18,10 @@ Prints one table and the issue's four checks (the baseline is `grpo_plain`, as t
   2. GRPO^V weighted@N > GRPO^V maj@N
   3. GRPO^V Best-of-N (self-verification) > plain GRPO Best-of-N with the LLM-as-a-judge score
   4. pass@1 of GRPO^V >= pass@1 of plain GRPO - 2 points
-and checks 3 and 4 again against the control `grpo` (same warm-up, so only the RL term differs; reported, not
-the issue's checks). Writes `summary.json`, `summary.md` and `accuracy_vs_k.png` to the workdir (each run's own
+and checks 3 and 4 again against the control `grpo` (same warm-up, so only the RL term differs), and GRPO^V's
+Best-of-N against the Best-of-N a verifier that reads nothing gets on the same samples (a random score per distinct
+completion: a policy that repeats its right solution verbatim and errs in many ways puts this far below pass@1);
+those three are reported, not the issue's checks. Writes `summary.json`, `summary.md` and `accuracy_vs_k.png` to the workdir (each run's own
 `results.json` from `experiments/evaluate.py`'s core is in `<workdir>/<run>/eval.json`).
 This is a benchmark, not a test: ~50 minutes on 2 CPU cores with `--rl-steps 100`; the configs' 300 steps add
 ~10 minutes per arm.
@@ -114,7 +116,7 @@ def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> d
     out_path = os.path.join(run_dir, "eval.json")
     if os.path.exists(out_path):
         res = json.load(open(out_path))
-        if res.get("n") == n and res.get("num_questions") == questions and "vote_headroom" in res:
+        if res.get("n") == n and res.get("num_questions") == questions and "best_of_n_chance" in res:
             return res
     final = os.path.join(run_dir, "final")
     model, tok = load_pretrained(final), Tokenizer.from_pretrained(final)
@@ -131,7 +133,9 @@ def at(res: dict, strategy: str, k: int) -> float:
 
 def issue_checks(plain: dict, control: dict, rlv: dict, n: int) -> list:
     """The issue's four checks, against plain GRPO as the issue defines it, then checks 3 and 4 again against the
-    control arm (same warm-up as GRPO^V). Each: {"check", "measured", "against", "met", "issue"}."""
+    control arm (same warm-up as GRPO^V), then GRPO^V's Best-of-N against the one a verifier that reads nothing
+    gets on its samples (`best_of_n_chance`: a random score per distinct completion). Each: {"check", "measured",
+    "against", "met", "issue"}."""
     bal = rlv["verifier"]["self"]["balanced_accuracy"]
     out = [dict(check="GRPO^V verifier balanced accuracy >= 75%", measured=bal, against=0.75,
                 met=bal is not None and bal >= 0.75, issue=True),
@@ -145,23 +149,28 @@ def issue_checks(plain: dict, control: dict, rlv: dict, n: int) -> list:
         out.append(dict(check=f"GRPO^V pass@1 >= {who} pass@1 - 2 points", measured=at(rlv, "pass", 1),
                         against=at(base, "pass", 1) - 0.02, met=at(rlv, "pass", 1) >= at(base, "pass", 1) - 0.02,
                         issue=issue))
+    chance = rlv["best_of_n_chance"]["accuracy"]
+    out.append(dict(check=f"GRPO^V BoN@{n} (self) > BoN@{n} of a verifier that reads nothing",
+                    measured=at(rlv, "best_of_n", n), against=chance, met=at(rlv, "best_of_n", n) > chance,
+                    issue=False))
     return out
 
 
 def results_table(evals: dict, checks: list, n: int) -> str:
     fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
-    rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | weighted@%d | pass@%d | verifier bal. acc. | AUROC | "
-            "AUROC within a question |" % (n, n, n, n), "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | BoN@%d, reading nothing | weighted@%d | pass@%d | "
+            "verifier bal. acc. | AUROC | AUROC within a question |" % (n, n, n, n, n), "|" + "---|" * 11]
     for arm, (label, who) in ARM_LABELS.items():
         res = evals[arm]
         q = res["verifier"]["self"]
         rows.append(f"| {label} | {who} | {fmt(at(res, 'pass', 1))} | {fmt(at(res, 'majority', n))} | "
-                    f"{fmt(at(res, 'best_of_n', n))} | {fmt(at(res, 'weighted', n))} | {fmt(at(res, 'pass', n))} | "
+                    f"{fmt(at(res, 'best_of_n', n))} | {fmt(res['best_of_n_chance']['accuracy'])} | "
+                    f"{fmt(at(res, 'weighted', n))} | {fmt(at(res, 'pass', n))} | "
                     f"{fmt(q['balanced_accuracy'])} | {fmt(q['auroc'])} | {fmt(q.get('within_question_auroc'))} |")
     rows += ["", "| check | measured | against | met |", "|---|---|---|---|"]
     for c in checks:
         met = "yes" if c["met"] else "**no**"
-        rows.append(f"| {c['check']}{'' if c['issue'] else ' (control, not an issue check)'} | {fmt(c['measured'])} | "
+        rows.append(f"| {c['check']}{'' if c['issue'] else ' (not an issue check)'} | {fmt(c['measured'])} | "
                     f"{fmt(c['against'])} | {met} |")
     # Where weighted voting could beat the majority over all N samples, and what the verifier would need for it.
     rows += ["", f"| policy | maj@{n} wrong | of them with a right sample | top wrong answer's share | right share | "
@@ -229,7 +238,7 @@ def main(argv=None):
     print()
     print(table)
     workdir = os.path.abspath(args.workdir)
-    keys = ("strategies", "ks", "verifier", "sample_accuracy")
+    keys = ("strategies", "ks", "verifier", "sample_accuracy", "vote_headroom", "best_of_n_chance")
     summary = {"n": n, "questions": args.questions, "seed": seed, **{arm: {k: evals[arm][k] for k in keys} for arm in ARMS},
                "checks": checks, "seconds": time.time() - t0}
     json.dump(summary, open(os.path.join(workdir, "summary.json"), "w"), indent=2)

@@ -110,6 +110,21 @@ def markdown_table(results: dict) -> str:
         lines.append(f"| {name} | {h['majority_wrong']:.1f} of {h['questions']} | {h['solvable']} | "
                      f"{fmt(h['top_wrong_share'])} | {fmt(h['right_share'])} | {fmt(h['needed_ratio'])} | "
                      f"{fmt(h['score_ratio'])} | {h['rescued']:.1f} | {h['broken']:.1f} |")
+    chance = results.get("best_of_n_chance")
+    if chance is not None:
+        bon = {name: results["strategies"][key]["mean"][-1] for name, key in (("self", "best_of_n"),
+               ("judge", "best_of_n_judge")) if key in results["strategies"]}
+        lines += ["", f"## Best-of-{n} against a verifier that reads nothing (`best_of_n_chance`)", "",
+                  f"A verifier that scores each distinct completion at random picks a right one with probability "
+                  f"(distinct right completions) / (distinct completions): Best-of-{n} "
+                  f"{fmt(chance['accuracy'])} here, against pass@1 {fmt(results['sample_accuracy'])}. On the "
+                  f"{chance['mixed_questions']} questions with right and wrong samples, "
+                  f"{fmt(chance['mixed_right_share'])} of samples but {fmt(chance['mixed_distinct_right_share'])} "
+                  f"of distinct completions are right.", "",
+                  f"| verifier | Best-of-{n} | chance | reads solutions |", "|---|---|---|---|"]
+        for name, value in bon.items():
+            lines.append(f"| {name} | {fmt(value)} | {fmt(chance['accuracy'])} | "
+                         f"{'yes' if value > chance['accuracy'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -11,7 +11,7 @@ os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
 import bench_rlv  # noqa: E402
 
 
-def fake_eval(pass1, maj, bon, weighted, bal=0.8):
+def fake_eval(pass1, maj, bon, weighted, bal=0.8, chance=0.6):
     ks = [1, 2, 4]
     curve = lambda first, last: {"mean": [first, (first + last) / 2, last], "std": [0.0] * 3}  # noqa: E731
     return {"ks": ks, "strategies": {"pass": curve(pass1, 0.99), "majority": curve(pass1, maj),
@@ -19,16 +19,19 @@ def fake_eval(pass1, maj, bon, weighted, bal=0.8):
             "verifier": {"self": {"balanced_accuracy": bal, "auroc": 0.9, "within_question_auroc": 0.6}},
             "vote_headroom": {"self": {"questions": 4, "majority_wrong": 1.5, "solvable": 1, "rescued": 0.0,
                                        "broken": 0.5, "top_wrong_share": 0.75, "right_share": 0.25,
-                                       "needed_ratio": 3.0, "score_ratio": 1.1}}}
+                                       "needed_ratio": 3.0, "score_ratio": 1.1}},
+            "best_of_n_chance": {"accuracy": chance}}
 
 
 def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
     plain = fake_eval(pass1=0.80, maj=0.85, bon=0.70, weighted=0.84, bal=0.5)
     control = fake_eval(pass1=0.90, maj=0.92, bon=0.88, weighted=0.91)
-    rlv = fake_eval(pass1=0.87, maj=0.91, bon=0.85, weighted=0.93, bal=0.74)
+    rlv = fake_eval(pass1=0.87, maj=0.91, bon=0.85, weighted=0.93, bal=0.74, chance=0.86)
     checks = bench_rlv.issue_checks(plain, control, rlv, 4)
-    assert [c["issue"] for c in checks] == [True, True, True, True, False, False]
-    bal, weighted, bon, pass1, bon_control, pass1_control = checks
+    assert [c["issue"] for c in checks] == [True, True, True, True, False, False, False]
+    bal, weighted, bon, pass1, bon_control, pass1_control, reads = checks
+    # Beating the judge is not reading: BoN 0.85 is below what random scores per distinct completion give.
+    assert (reads["measured"], reads["against"], reads["met"]) == (0.85, 0.86, False)
     assert (bal["measured"], bal["met"]) == (0.74, False)
     assert (weighted["measured"], weighted["against"], weighted["met"]) == (0.93, 0.91, True)
     # Check 3 against the plain GRPO's judge (0.70), not the control's warm-up verifier (0.88).
@@ -36,7 +39,8 @@ def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
     assert pass1["met"] and pass1["against"] == pytest.approx(0.78)
     assert not pass1_control["met"] and pass1_control["against"] == pytest.approx(0.88)
     table = bench_rlv.results_table({"grpo_plain": plain, "grpo": control, "rlv": rlv}, checks, 4)
-    assert "never trained to verify" in table and table.count("(control, not an issue check)") == 2
+    assert "never trained to verify" in table and table.count("(not an issue check)") == 3
+    assert "| 87.0 | 91.0 | 85.0 | 86.0 | 93.0 | 99.0 |" in table
     assert table.count("| 1.5 of 4 | 1 | 75.0 | 25.0 | 3.00 | 1.10 | 0.0 | 0.5 |") == 3
 
 
@@ -68,7 +72,7 @@ def test_three_arms_share_what_they_should_and_only_grpo_plain_never_sees_the_ve
     work = tmp_path / "bench"
     summary = bench_rlv.main(["--workdir", str(work), "--grpo-config", str(config), "--rlv-config", str(config),
                               "--n", "2", "--questions", "4", "--no-progress"])
-    assert set(bench_rlv.ARMS) <= set(summary) and len(summary["checks"]) == 6
+    assert set(bench_rlv.ARMS) <= set(summary) and len(summary["checks"]) == 7
     results = {arm: json.load(open(work / arm / "results.json")) for arm in bench_rlv.ARMS}
     assert "verify_warmup" in results["grpo"] and "verify_warmup" in results["rlv"]
     assert "verify_warmup" not in results["grpo_plain"] and not (work / "grpo_plain" / "logs_verify_warmup").exists()

@@ -11,8 +11,8 @@ from jaxrl_reason.data.datasets import write_jsonl
 from jaxrl_reason.data.prompts import solve_prompt, verify_prompt
 from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
 from jaxrl_reason.inference import estimators as est
-from jaxrl_reason.inference.test_time import (STRATEGY_LABELS, accuracy_curves, evaluate, verifier_quality,
-                                              vote_headroom)
+from jaxrl_reason.inference.test_time import (STRATEGY_LABELS, accuracy_curves, best_of_n_chance, evaluate,
+                                              verifier_quality, vote_headroom)
 from jaxrl_reason.rewards.base import RewardResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +100,33 @@ def test_vote_headroom_counts_what_weighted_voting_could_win_and_what_it_needs()
         vote_headroom(correct[0], classes[0], by_question[0])
 
 
+def test_best_of_n_chance_is_what_a_verifier_that_reads_nothing_gets():
+    # q0: the right solution repeated verbatim 12 times, 4 different wrong ones; q1: all right; q2: all wrong, two
+    # texts; q3: 8 right as 2 texts, 8 wrong as 2 texts.
+    right, wrong = "a = 1", "a = %d"
+    completions = [[right] * 12 + [wrong % i for i in range(2, 6)], [right] * 16,
+                   [wrong % 7] * 8 + [wrong % 8] * 8, [right, right + "."] * 4 + [wrong % 2, wrong % 3] * 4]
+    correct = np.array([[1.0] * 12 + [0.0] * 4, [1.0] * 16, [0.0] * 16, [1.0] * 8 + [0.0] * 8])
+    c = best_of_n_chance(correct, completions)
+    assert c["mixed_questions"] == 2
+    assert c["mixed_right_share"] == pytest.approx((0.75 + 0.5) / 2)
+    assert c["mixed_distinct_right_share"] == pytest.approx((1 / 5 + 2 / 4) / 2)
+    assert c["accuracy"] == pytest.approx((1 / 5 + 1 + 0 + 2 / 4) / 4)
+    # The same number by simulation: Best-of-16 with one random score per distinct text, over many draws. It sits
+    # below pass@1 (0.5625) although the verifier prefers nothing.
+    rng = np.random.default_rng(0)
+    draws = []
+    for _ in range(2000):
+        acc = []
+        for texts, a in zip(completions, correct):
+            table = {t: rng.random() for t in set(texts)}
+            acc.append(est.best_of_k([table[t] for t in texts], a, len(texts)))
+        draws.append(np.mean(acc))
+    assert np.mean(draws) == pytest.approx(c["accuracy"], abs=0.01) and np.mean(draws) < correct.mean() - 0.1
+    with pytest.raises(ValueError, match="one list of"):
+        best_of_n_chance(correct, completions[:3])
+
+
 def test_data_specs():
     cli = load_cli()
     exs = cli.load_data("arithmetic:3:1")
@@ -152,6 +179,7 @@ def test_cli_end_to_end(tiny_checkpoint, tmp_path):
     assert "| k=1 | k=2 | k=4 |" in table
     assert "## Weighted vote against the majority over all 4 samples" in table
     assert set(saved["vote_headroom"]) == {"self", "judge"} and saved["vote_headroom"]["self"]["questions"] == 3
+    assert "## Best-of-4 against a verifier that reads nothing" in table and "| judge |" in table.split("reads nothing")[1]
     assert (out / "accuracy_vs_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(len(r["completions"]) == 4 for r in rows)
@@ -195,3 +223,4 @@ def test_evaluate_curves_come_from_its_own_samples(tiny_checkpoint):
     assert res["strategies"] == ref
     assert res["sample_accuracy"] == pytest.approx(correct.mean())
     assert "best_of_n_judge" not in res["strategies"]
+    assert res["best_of_n_chance"] == best_of_n_chance(correct, [r["completions"] for r in res["samples"]])

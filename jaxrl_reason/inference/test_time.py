@@ -433,6 +433,39 @@ def vote_headroom(correct: np.ndarray, classes: np.ndarray, scores: np.ndarray) 
     return res
 
 
+def best_of_n_chance(correct: np.ndarray, completions: Sequence[Sequence[str]]) -> dict:
+    """Best-of-N over all N samples for a verifier that reads nothing: it gives every distinct completion of a
+    question an independent random score (identical texts get identical scores, as any deterministic verifier
+    gives them), so the top-scored sample is right with probability (distinct right completions) / (distinct
+    completions), not the share of right *samples*. A low-temperature policy repeats its right solution verbatim
+    and errs in many different ways, so this chance level sits far below pass@1; a verifier reads solutions only
+    where its Best-of-N beats it.
+
+    correct: [Q, N]; completions: Q lists of N texts. Returns "accuracy" (over all questions) and, over the
+    `mixed_questions` that have right and wrong samples, the share of right samples (`mixed_right_share`) beside
+    that of right distinct completions (`mixed_distinct_right_share`).
+    """
+    correct = np.asarray(correct, np.float64)
+    if correct.ndim != 2 or len(completions) != correct.shape[0] or any(
+            len(c) != correct.shape[1] for c in completions):
+        raise ValueError(f"best_of_n_chance: correct must be [questions, samples] and completions one list of "
+                         f"{correct.shape[1:]} texts per question, got {correct.shape} and "
+                         f"{[len(c) for c in completions][:4]}...")
+    per_q, mixed_samples, mixed_distinct = [], [], []
+    for a, texts in zip(correct, completions):
+        by_text: dict = {}
+        for text, c in zip(texts, a):
+            by_text.setdefault(text, []).append(c)
+        chance = float(np.mean([np.mean(v) for v in by_text.values()]))
+        per_q.append(chance)
+        if 0 < a.mean() < 1:
+            mixed_samples.append(a.mean())
+            mixed_distinct.append(chance)
+    mean = lambda x: float(np.mean(x)) if x else None  # noqa: E731
+    return {"accuracy": mean(per_q), "mixed_questions": len(mixed_samples),
+            "mixed_right_share": mean(mixed_samples), "mixed_distinct_right_share": mean(mixed_distinct)}
+
+
 def _auroc(s: np.ndarray, y: np.ndarray) -> float:
     """P(score of a random correct sample > that of a random wrong one), ties counted 1/2 (both classes present)."""
     _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
@@ -485,7 +518,8 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
     examples) -> RewardResult whose details hold "extracted" (default: `default_reward`).
     Returns a JSON-ready dict: "strategies" ({name: {"mean", "std"}} per k, names in STRATEGY_LABELS),
     "tokens_per_question" (mean generated / verifier-prompt tokens a k-sample strategy spends), "verifier"
-    (score quality), "finish_reasons", "config", and with `keep_samples` the per-question "samples".
+    (score quality), "vote_headroom", "best_of_n_chance" (Best-of-n of a verifier that reads nothing),
+    "finish_reasons", "config", and with `keep_samples` the per-question "samples".
     """
     examples = list(examples)
     if not examples:
@@ -559,6 +593,7 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
         "finish_reasons": {name: float((finish == i).mean()) for i, name in enumerate(FINISH_NAMES)},
         "verifier": {name: verifier_quality(s, correct) for name, s in scores.items()},
         "vote_headroom": {name: vote_headroom(correct, classes, s) for name, s in scores.items()},
+        "best_of_n_chance": best_of_n_chance(correct, [completions[i * n:(i + 1) * n] for i in range(q)]),
         "config": {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k,
                    "seed": seed, "score": "P(Yes)/(P(Yes)+P(No))" if normalize else "P(Yes)"},
     }
