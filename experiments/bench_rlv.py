@@ -116,13 +116,17 @@ def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> d
     out_path = os.path.join(run_dir, "eval.json")
     if os.path.exists(out_path):
         res = json.load(open(out_path))
-        if res.get("n") == n and res.get("num_questions") == questions and "best_of_n_chance" in res:
+        # A cached evaluation counts only for the same sample budget and the same checkpoint (a run trained on to
+        # more RL steps gets a new one).
+        if (res.get("n"), res.get("num_questions"), res.get("rl_steps")) == (n, questions, cfg.rl.steps) and \
+                "best_of_n_chance" in res:
             return res
     final = os.path.join(run_dir, "final")
     model, tok = load_pretrained(final), Tokenizer.from_pretrained(final)
     examples = load_examples(os.path.join(run_dir, "heldout.jsonl"))[:questions]
     res = evaluate(model, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
                    seed=cfg.seed, progress=progress, keep_samples=False)
+    res["rl_steps"] = cfg.rl.steps
     json.dump(res, open(out_path, "w"), indent=2)
     return res
 
