@@ -21,8 +21,8 @@ Prints one table and the issue's four checks (the baseline is `grpo_plain`, as t
 and checks 3 and 4 again against the control `grpo` (same warm-up, so only the RL term differs), and GRPO^V's
 Best-of-N against the Best-of-N a verifier that reads nothing gets on the same samples (a random score per distinct
 completion: a policy that repeats its right solution verbatim and errs in many ways puts this far below pass@1);
-those three are reported, not the issue's checks. Writes `summary.json`, `summary.md` and `accuracy_vs_k.png` to the workdir (each run's own
-`results.json` from `experiments/evaluate.py`'s core is in `<workdir>/<run>/eval.json`).
+those three are reported, not the issue's checks. Writes `summary.json`, `summary.md` and `accuracy_vs_k.png` to
+the workdir (each run's own `results.json` from `experiments/evaluate.py`'s core is in `<workdir>/<run>/eval.json`).
 This is a benchmark, not a test: ~50 minutes on 2 CPU cores with `--rl-steps 100`; the configs' 300 steps add
 ~10 minutes per arm.
 """
@@ -178,7 +178,7 @@ def results_table(evals: dict, checks: list, n: int) -> str:
                     f"{fmt(c['against'])} | {met} |")
     # Where weighted voting could beat the majority over all N samples, and what the verifier would need for it.
     rows += ["", f"| policy | maj@{n} wrong | of them with a right sample | top wrong answer's share | right share | "
-             "score ratio needed | score ratio given | weighted rescues | weighted breaks |", "|---|---|---|---|---|---|---|---|---|"]
+             "score ratio needed | score ratio given | weighted rescues | weighted breaks |", "|" + "---|" * 9]
     num = lambda x, f: "n/a" if x is None else format(x, f)  # noqa: E731
     for arm, (label, _) in ARM_LABELS.items():
         h = evals[arm]["vote_headroom"]["self"]
@@ -243,8 +243,9 @@ def main(argv=None):
     print(table)
     workdir = os.path.abspath(args.workdir)
     keys = ("strategies", "ks", "verifier", "sample_accuracy", "vote_headroom", "best_of_n_chance")
-    summary = {"n": n, "questions": args.questions, "seed": seed, **{arm: {k: evals[arm][k] for k in keys} for arm in ARMS},
-               "checks": checks, "seconds": time.time() - t0}
+    summary = {"n": n, "questions": args.questions, "seed": seed,
+               **{arm: {k: evals[arm][k] for k in keys} for arm in ARMS}, "checks": checks,
+               "seconds": time.time() - t0}
     json.dump(summary, open(os.path.join(workdir, "summary.json"), "w"), indent=2)
     open(os.path.join(workdir, "summary.md"), "w").write(table + "\n")
     plot(evals, os.path.join(workdir, "accuracy_vs_k.png"))

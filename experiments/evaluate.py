@@ -121,7 +121,7 @@ def markdown_table(results: dict) -> str:
                   f"{chance['mixed_questions']} questions with right and wrong samples, "
                   f"{fmt(chance['mixed_right_share'])} of samples but {fmt(chance['mixed_distinct_right_share'])} "
                   f"of distinct completions are right.", "",
-                  f"| verifier | Best-of-{n} | chance | reads solutions |", "|---|---|---|---|"]
+                  f"| verifier | Best-of-{n} | reading nothing | above it |", "|---|---|---|---|"]
         for name, value in bon.items():
             lines.append(f"| {name} | {fmt(value)} | {fmt(chance['accuracy'])} | "
                          f"{'yes' if value > chance['accuracy'] else 'no'} |")
