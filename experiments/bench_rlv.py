@@ -200,7 +200,7 @@ def main(argv=None):
     ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the configs' rl.steps)")
     ap.add_argument("--seed", type=int, default=None,
                     help="every arm's seed (model init, data split and order, sampling, evaluation); default: the "
-                         "configs' own. A new seed with a new --workdir is an independent repeat of the benchmark")
+                         "GRPO^V config's. A new seed with a new --workdir is an independent repeat of the benchmark")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 

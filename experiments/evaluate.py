@@ -112,7 +112,8 @@ def markdown_table(results: dict) -> str:
                      f"{fmt(h['score_ratio'])} | {h['rescued']:.1f} | {h['broken']:.1f} |")
     chance = results.get("best_of_n_chance")
     if chance is not None:
-        bon = {name: results["strategies"][key]["mean"][-1] for name, key in (("self", "best_of_n"),
+        at_n = results["ks"].index(n)  # best_of_n_chance is over all n samples
+        bon = {name: results["strategies"][key]["mean"][at_n] for name, key in (("self", "best_of_n"),
                ("judge", "best_of_n_judge")) if key in results["strategies"]}
         lines += ["", f"## Best-of-{n} against a verifier that reads nothing (`best_of_n_chance`)", "",
                   f"A verifier that scores each distinct completion at random picks a right one with probability "

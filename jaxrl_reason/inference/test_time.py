@@ -393,11 +393,12 @@ def vote_headroom(correct: np.ndarray, classes: np.ndarray, scores: np.ndarray) 
     correct, classes, scores: [Q, N]. Counts questions whose majority vote is wrong (`majority_wrong`, ties
     counted fractionally as `majority_at_k` does) and, of the ones a wrong answer wins outright (not a tie), those
     with a right sample (`solvable`: weighted voting's headroom); `rescued` / `broken`: questions the weighted vote
-    gets right where the majority does not, and the reverse. On the solvable questions: the share of samples in the winning wrong answer
-    (`top_wrong_share`, near 1 when the policy's error is systematic) and of right samples (`right_share`), and the
-    score ratio a right sample would need over a top-wrong one to win the weighted vote (`needed_ratio`, the
-    median of count(top wrong) / count(right)) beside the ratio the verifier gives (`score_ratio`, the median of
-    mean score(right) / mean score(top wrong)). A verifier that only predicts which questions are hard gives ~1.
+    gets right where the majority does not, and the reverse. On the solvable questions: the share of samples in the
+    winning wrong answer (`top_wrong_share`, near 1 when the policy's error is systematic) and of right samples
+    (`right_share`), and the score ratio a right sample would need over a top-wrong one to win the weighted vote
+    (`needed_ratio`, the median of count(top wrong) / count(right)) beside the ratio the verifier gives
+    (`score_ratio`, the median of mean score(right) / mean score(top wrong)). A verifier that only predicts which
+    questions are hard gives ~1.
     """
     correct = np.asarray(correct, np.float64)
     classes = np.asarray(classes, np.int64)
