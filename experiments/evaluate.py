@@ -112,17 +112,20 @@ def markdown_table(results: dict) -> str:
                      f"{fmt(h['score_ratio'])} | {h['rescued']:.1f} | {h['broken']:.1f} |")
     chance = results.get("best_of_n_chance")
     if chance is not None:
-        at_n = results["ks"].index(n)  # best_of_n_chance is over all n samples
+        # best_of_n_chance is over all n samples: compare with Best-of-k only at k = n, which --ks may leave out
+        at_n = results["ks"].index(n) if n in results["ks"] else None
         bon = {name: results["strategies"][key]["mean"][at_n] for name, key in (("self", "best_of_n"),
-               ("judge", "best_of_n_judge")) if key in results["strategies"]}
+               ("judge", "best_of_n_judge")) if key in results["strategies"] and at_n is not None}
         lines += ["", f"## Best-of-{n} against a verifier that reads nothing (`best_of_n_chance`)", "",
                   f"A verifier that scores each distinct completion at random picks a right one with probability "
                   f"(distinct right completions) / (distinct completions): Best-of-{n} "
                   f"{fmt(chance['accuracy'])} here, against pass@1 {fmt(results['sample_accuracy'])}. On the "
                   f"{chance['mixed_questions']} questions with right and wrong samples, "
                   f"{fmt(chance['mixed_right_share'])} of samples but {fmt(chance['mixed_distinct_right_share'])} "
-                  f"of distinct completions are right.", "",
-                  f"| verifier | Best-of-{n} | reading nothing | above it |", "|---|---|---|---|"]
+                  f"of distinct completions are right." + ("" if at_n is not None else
+                  f" (k = {n} is not among the evaluated ks, so no verifier's Best-of-{n} to set beside it.)")]
+        if bon:
+            lines += ["", f"| verifier | Best-of-{n} | reading nothing | above it |", "|---|---|---|---|"]
         for name, value in bon.items():
             lines.append(f"| {name} | {fmt(value)} | {fmt(chance['accuracy'])} | "
                          f"{'yes' if value > chance['accuracy'] else 'no'} |")

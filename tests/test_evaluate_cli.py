@@ -225,3 +225,10 @@ def test_evaluate_curves_come_from_its_own_samples(tiny_checkpoint):
     assert res["sample_accuracy"] == pytest.approx(correct.mean())
     assert "best_of_n_judge" not in res["strategies"]
     assert res["best_of_n_chance"] == best_of_n_chance(correct, [r["completions"] for r in res["samples"]])
+    # A k grid without k = n (`--ks 1,2`) still gets its report: the chance level, no Best-of-n beside it.
+    md = load_cli().markdown_table(res)
+    assert "| self | " in md.split("reads nothing")[1]
+    short = dict(res, ks=[1, 2], strategies={s: {"mean": c["mean"][:2], "std": c["std"] and c["std"][:2]}
+                                             for s, c in res["strategies"].items()})
+    chance_part = load_cli().markdown_table(short).split("reads nothing")[1]
+    assert "k = 4 is not among the evaluated ks" in chance_part and "| self | " not in chance_part
