@@ -41,7 +41,9 @@ def test_logprobs_equal_fresh_forward(hf_and_model, prompts):
     _, model = hf_and_model
     for kw in (dict(temperature=1.0), dict(temperature=0.7, top_k=10), dict(temperature=1.3, top_p=0.8)):
         out = sample(model, prompts, jax.random.PRNGKey(1), max_new_tokens=24, num_samples=3, **kw)
-        ref = sequence_logprobs(model, [prompts[i] for i in out.prompt_index], out.completions())
+        # pi_old is the tempered policy softmax(logits / T), untruncated (METHODS.md §1)
+        ref = sequence_logprobs(model, [prompts[i] for i in out.prompt_index], out.completions(),
+                                temperature=kw["temperature"])
         for r, lp, n in zip(ref, out.logprobs, out.lengths):
             np.testing.assert_allclose(lp[:n], r, atol=1e-5)
             assert (lp[n:] == 0).all()
@@ -101,8 +103,8 @@ def test_step_frequencies_match_softmax(temperature, top_p, top_k):
         assert 1 < (target > 0).sum() < vocab
     assert _chi_square_pvalue(np.asarray(s.token), target) > 1e-3
     np.testing.assert_allclose(np.asarray(s.sampling_logprob), np.log(target[np.asarray(s.token)]), atol=1e-5)
-    np.testing.assert_allclose(np.asarray(s.logprob), np.asarray(jax.nn.log_softmax(logits))[np.asarray(s.token)],
-                               atol=1e-5)
+    np.testing.assert_allclose(np.asarray(s.logprob),
+                               np.asarray(jax.nn.log_softmax(logits / temperature))[np.asarray(s.token)], atol=1e-5)
 
 
 def test_sampler_is_wrong_if_distribution_is_wrong():

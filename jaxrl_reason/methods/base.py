@@ -1,7 +1,7 @@
 """What a method sees (rollouts) and what it returns (a TokenBatch and metrics)."""
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -15,11 +15,13 @@ class Rollouts(NamedTuple):
     examples:    [Q] dataset examples
     prompts:     [Q] prompt token ids (chat-rendered solve prompts)
     completions: [Q*G] completion token ids (stop token included)
-    logprobs:    [Q*G] float32 arrays, the sampler's log pi_old per completion token
+    logprobs:    [Q*G] float32 arrays, the sampler's log pi_old per completion token (tempered policy, untruncated)
     texts:       [Q*G] decoded completions (special tokens skipped)
     rewards:     float32 [Q, G]
     finish:      [Q*G] "eos" | "stop" | "length"
     details:     [Q*G] reward details
+    sampling_logprobs: [Q*G] float32 arrays, log q of the distribution actually sampled from (top-p / top-k
+                 truncated); None when unknown. Truncated importance sampling weighs by pi_old / q.
     """
 
     examples: Sequence[Any]
@@ -30,6 +32,7 @@ class Rollouts(NamedTuple):
     rewards: np.ndarray
     finish: Sequence[str]
     details: Sequence[dict]
+    sampling_logprobs: Optional[Sequence[np.ndarray]] = None
 
     @property
     def group_size(self) -> int:
@@ -46,6 +49,8 @@ class Context(NamedTuple):
     pad_id: int
     model: Any = None  # the policy module (structure only; its weights may be stale)
     params: Any = None  # the current policy parameters (nnx.State) — use these, not the module's own
+    temperature: float = 1.0  # the sampling temperature: a recomputed pi_old scores under logits / temperature
+    max_new_tokens: int = 0  # the trainer's generation limit (DAPO's overlong shaping reads it; 0 = unknown)
 
 
 class Method(Protocol):

@@ -166,12 +166,14 @@ def segment_advantages(n_verdict: int, n_rest: int, verdict_advantage: float, re
 
 
 def policy_logprobs(model, params, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
-                    pad_id: int = 0, rows_per_call: int = 16, chunk_size: Optional[int] = None) -> list:
+                    pad_id: int = 0, rows_per_call: int = 16, chunk_size: Optional[int] = None,
+                    temperature: float = 1.0) -> list:
     """log pi(completion token | prompt, earlier completion tokens) per row, float32 [len(completion)] each.
 
     One forward pass per `rows_per_call` rows (filler rows keep one compiled shape), logits never larger than a
     `chunk_size` slice of time. `params` (nnx.State) is the policy to score under; pass the trainer's current
-    params -- the module's own weights may be stale.
+    params -- the module's own weights may be stale. temperature: the sampling temperature, so the recomputed
+    pi_old is the tempered policy's, as the sampler's own log-probs are (METHODS.md §1).
     """
     from jaxrl_reason.train.update import reference_logprobs  # train imports methods; keep the cycle lazy
 
@@ -187,7 +189,8 @@ def policy_logprobs(model, params, prompts: Sequence[Sequence[int]], completions
     for s in range(0, len(prompts), rows_per_call):
         p, c = prompts[s:s + rows_per_call], completions[s:s + rows_per_call]
         batch = pad_rows_to(build_token_batch(p, c, [0.0] * len(p), None, "solve", pad_id=pad_id), rows_per_call)
-        lp = np.asarray(reference_logprobs(graphdef, params, batch, chunk_size=chunk_size))
+        lp = np.asarray(reference_logprobs(graphdef, params, batch, chunk_size=chunk_size,
+                                           temperature=float(temperature)))
         out.extend(lp[i, len(pi):len(pi) + len(ci)].astype(np.float32) for i, (pi, ci) in enumerate(zip(p, c)))
     return out
 
@@ -356,7 +359,8 @@ class CURE(GRPO):
         score_p += [ro.prompts[qi] for qi, _, _ in flat_replay]
         score_c += [g_comps[gi * self.guided_samples + s] for _, gi, s in flat_replay]
         lps = policy_logprobs(ctx.model, ctx.params, score_p, score_c, pad_id=ctx.pad_id,
-                              rows_per_call=self.rescore_rows, chunk_size=self.rescore_chunk)
+                              rows_per_call=self.rescore_rows, chunk_size=self.rescore_chunk,
+                              temperature=ctx.temperature)
         verdict_lps, replay_lps = lps[:len(rows)], lps[len(rows):]
 
         # --- solve task (enlarged groups)

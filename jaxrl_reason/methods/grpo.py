@@ -48,6 +48,9 @@ class GRPO:
     """Solve rows with group advantages; the building block every other method extends."""
 
     name = "grpo"
+    # Whether the method trains on groups whose rewards are all equal (CURE replays into zero-pass groups), so
+    # that DAPO's dynamic sampling, which drops them, must be refused.
+    uses_zero_signal_groups = False
 
     def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), **estimator_kwargs):
         if estimator not in adv_lib.ESTIMATORS:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_reason.models.qwen2 import dense
-from jaxrl_reason.rl.batch import TASKS, TokenBatch, task_id
+from jaxrl_reason.rl.batch import TASKS, TokenBatch, task_id, task_name
 
 # ----------------------------------------------------------------------------------------------------------------
 # Log-probs and entropy from logits (float32 math, optionally chunked over time)
@@ -145,12 +145,15 @@ def token_logprobs_from_hidden(
     *,
     chunk_size: Optional[int] = None,
     with_entropy: bool = False,
+    temperature: Optional[jax.Array] = None,
 ):
     """Like `token_logprobs`, from final hidden states, without ever holding the full [B, T, V] logits.
 
     hidden: [batch, time, d_model];  unembedding: [d_model, vocab] (for tied embeddings pass `embedding.T`);
     targets: int [batch, time]. The matmul accumulates in float32. Returns float32 [batch, time] log-probs, and
     the entropy (gradient stopped, a metric) when `with_entropy`.
+    temperature: optional float32 [batch, time] (> 0): scores log-softmax(logits / temperature), the tempered
+    policy a sampler at that temperature draws from (the convention of METHODS.md §1, as verl's).
     """
     chex.assert_rank(hidden, 3)
     chex.assert_rank(unembedding, 2)
@@ -161,13 +164,18 @@ def token_logprobs_from_hidden(
             "(transpose a [vocab, d_model] embedding table)"
         )
 
-    def block(h, t):
+    def block(h, t, *temp):
         logits = dense(h, unembedding, preferred_element_type=jnp.float32)  # 2-D matmul: a faster backward
+        if temp:
+            logits = logits / temp[0][..., None]
         if with_entropy:
             return _logprob_entropy_block(logits, t)
         return _logprob_block(logits, t)
 
-    return _chunked_over_time(block, (hidden, targets), chunk_size)
+    arrays = (hidden, targets) if temperature is None else (hidden, targets, temperature.astype(jnp.float32))
+    if temperature is not None:
+        chex.assert_shape(temperature, hidden.shape[:2])
+    return _chunked_over_time(block, arrays, chunk_size)
 
 
 def selected_token_logprobs_from_hidden(
@@ -180,6 +188,7 @@ def selected_token_logprobs_from_hidden(
     groups: int = 1,
     chunk_size: Optional[int] = None,
     with_entropy: bool = False,
+    temperature: Optional[jax.Array] = None,
 ):
     """`token_logprobs_from_hidden` at the `selected` positions only; 0 elsewhere.
 
@@ -208,7 +217,12 @@ def selected_token_logprobs_from_hidden(
     read = jnp.minimum(idx, n - 1)
     hs = jnp.take_along_axis(h, read[..., None], axis=1)  # [groups, size, D]
     ts = jnp.take_along_axis(t, read, axis=1)
-    out = token_logprobs_from_hidden(hs, unembedding, ts, chunk_size=chunk_size, with_entropy=with_entropy)
+    temps = None
+    if temperature is not None:
+        chex.assert_shape(temperature, (B, T))
+        temps = jnp.take_along_axis(temperature.reshape(groups, n), read, axis=1)
+    out = token_logprobs_from_hidden(hs, unembedding, ts, chunk_size=chunk_size, with_entropy=with_entropy,
+                                     temperature=temps)
     rows = jnp.arange(groups)[:, None]
 
     def scatter(v):
@@ -447,6 +461,9 @@ Kernel = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
 TERM_KINDS: dict[str, Kernel] = {"ppo_clip": _ppo_kernel, "kl": _kl_kernel, "sft": _sft_kernel}
 # Kinds that read TokenBatch.ref_logprobs; add a new kind here if it does, so `needs_reference` stays right.
 KINDS_NEEDING_REFERENCE: set[str] = {"kl"}
+# Kinds whose targets are given, not sampled (SFT, RL^V's verdict token): their rows are scored at temperature 1
+# whatever the sampling temperature, so the verifier trained on them is the one `inference.verifier` reads.
+SUPERVISED_KINDS: set[str] = {"sft"}
 
 
 def _apply_term(kernel, logprobs, batch, mask, aggregation, max_len, den, tokens_den, options):
@@ -559,6 +576,34 @@ def active_terms(terms: Sequence[TermSpec]) -> tuple[TermSpec, ...]:
 def needs_reference(terms: Sequence[TermSpec]) -> bool:
     """Whether any active term reads ref_logprobs; when False the trainer skips the reference forward pass."""
     return any(t.kind in KINDS_NEEDING_REFERENCE for t in active_terms(terms))
+
+
+def scoring_temperatures(terms: Sequence[TermSpec], temperature: float) -> tuple[float, ...]:
+    """Per task id (index = TASKS id): the temperature its rows are scored at in the update and the reference
+    forward -- `temperature` (the sampling one) for tasks trained by a sampled-data term (PPO clip, KL), 1.0 for
+    tasks trained only by supervised ones (`SUPERVISED_KINDS`) or by none. A static tuple (a jit argument)."""
+    if not temperature > 0:
+        raise ValueError(f"the scoring temperature must be > 0 (the sampling temperature; greedy rollouts cannot "
+                         f"be trained on with a policy gradient), got {temperature}")
+    sampled, supervised = set(), set()
+    for t in active_terms(terms):
+        (supervised if t.kind in SUPERVISED_KINDS else sampled).update(task_id(x) for x in t.tasks)
+    both = sampled & supervised
+    if both and temperature != 1.0:
+        names = sorted(task_name(i) for i in both)
+        raise ValueError(f"tasks {names} are trained by both a supervised and a sampled-data term; at sampling "
+                         f"temperature {temperature} their rows would need two scorings. Give the supervised rows "
+                         "their own task")
+    return tuple(float(temperature) if i in sampled else 1.0 for i in range(max(TASKS.values()) + 1))
+
+
+def row_temperatures(task_ids: jax.Array, temperatures: Optional[Sequence[float]]) -> Optional[jax.Array]:
+    """float32 [B]: each row's scoring temperature from its task id (filler rows: 1). None when all are 1."""
+    if temperatures is None or all(t == 1.0 for t in temperatures):
+        return None
+    table = jnp.asarray(temperatures, jnp.float32)
+    ids = jnp.asarray(task_ids, jnp.int32)
+    return jnp.where((ids >= 0) & (ids < table.shape[0]), table[jnp.clip(ids, 0, table.shape[0] - 1)], 1.0)
 
 
 def _check_terms(terms):

@@ -22,7 +22,7 @@ _MAX_BLOCK = 512
 
 class StepSample(NamedTuple):
     token: jax.Array  # [N] int32
-    logprob: jax.Array  # [N] log pi(token) under the unmodified policy at temperature 1
+    logprob: jax.Array  # [N] log pi_T(token): the tempered policy softmax(logits / T), untruncated (T = 1 if greedy)
     sampling_logprob: jax.Array  # [N] log q(token) under the distribution actually sampled from (0 if greedy)
 
 
@@ -102,9 +102,11 @@ def _inverse_cdf(logits: jax.Array, weight_fn, block_cdf: jax.Array, u: jax.Arra
 def sample_with_uniform(logits: jax.Array, u: jax.Array, temperature, top_p, top_k) -> StepSample:
     """logits: [N, V] (any float dtype); u: [N] uniforms in (0, 1], one per row. temperature == 0 is greedy.
 
-    Passes over [N, V]: the row max, then exp(logits - max) summed per block (the policy's normaliser). At
-    temperature 1 without filters the sampling distribution is the policy and reuses those sums; otherwise one
-    more pass makes the sampling distribution's block sums (after a sort, only if top-k / top-p are on).
+    Passes over [N, V]: the row max, then exp((logits - max) / T) summed per block (the tempered policy's
+    normaliser; T = 1 when greedy). Without filters the sampling distribution is that policy and reuses those
+    sums; with top-k / top-p one more pass (after a sort) makes the truncated distribution's block sums.
+    The returned `logprob` is log pi_T, the policy the trainer optimises (METHODS.md §1); `sampling_logprob` is
+    log q of the truncated distribution, for truncated importance sampling.
     """
     chex.assert_rank(logits, 2)
     n = logits.shape[0]
@@ -115,33 +117,35 @@ def sample_with_uniform(logits: jax.Array, u: jax.Array, temperature, top_p, top
     top_k = jnp.asarray(top_k, jnp.int32)
     filtering = (top_k > 0) | (top_p < 1.0)
     block = block_size(logits.shape[1])
+    greedy_mode = temperature <= 0.0
+    t = jnp.where(greedy_mode, 1.0, temperature)  # the policy whose log-prob is reported
     row_max = jnp.max(logits, axis=-1)
+    # Dividing by a positive temperature keeps the order, so max(logits / T) == row_max / T exactly and the most
+    # likely token survives every filter.
+    scaled_max = (row_max / t)[:, None]
     # The total is the last running sum, not a sum of the block sums: XLA would fold that into a second
     # full-width reduction over the logits.
-    policy_cdf = jnp.cumsum(_block_sums(jnp.exp(logits - row_max[:, None]), block), axis=-1)
-    policy_lse = row_max + jnp.log(policy_cdf[:, -1])
+    policy_cdf = jnp.cumsum(_block_sums(jnp.exp(logits / t - scaled_max), block), axis=-1)
+    policy_lse = scaled_max[:, 0] + jnp.log(policy_cdf[:, -1])
 
     def greedy(_):
         return jnp.argmax(logits, axis=-1).astype(jnp.int32), jnp.zeros((n,), jnp.float32)
 
     def sampled(_):
-        # Dividing by a positive temperature keeps the order, so max(logits / T) == row_max / T exactly and the
-        # most likely token survives every filter.
-        scaled_max = (row_max / temperature)[:, None]
-        thresh = jax.lax.cond(filtering, lambda: keep_threshold(logits, top_k, top_p, temperature),
+        thresh = jax.lax.cond(filtering, lambda: keep_threshold(logits, top_k, top_p, t),
                               lambda: jnp.full((n, 1), NEG_INF))
 
-        def weight(lg):  # unnormalised sampling probability; at T = 1 unfiltered it is exp(lg - row_max) exactly
-            return jnp.where(lg >= thresh, jnp.exp(lg / temperature - scaled_max), 0.0)
+        def weight(lg):  # unnormalised sampling probability; unfiltered it is the policy's own summand exactly
+            return jnp.where(lg >= thresh, jnp.exp(lg / t - scaled_max), 0.0)
 
-        block_cdf = jax.lax.cond(filtering | (temperature != 1.0),
-                                 lambda: jnp.cumsum(_block_sums(weight(logits), block), axis=-1), lambda: policy_cdf)
+        block_cdf = jax.lax.cond(filtering, lambda: jnp.cumsum(_block_sums(weight(logits), block), axis=-1),
+                                 lambda: policy_cdf)
         token, total = _inverse_cdf(logits, weight, block_cdf, u, block)
-        tok_scaled = jnp.take_along_axis(logits, token[:, None], axis=1)[:, 0] / temperature
+        tok_scaled = jnp.take_along_axis(logits, token[:, None], axis=1)[:, 0] / t
         return token, tok_scaled - scaled_max[:, 0] - jnp.log(total)
 
-    token, logq = jax.lax.cond(temperature <= 0.0, greedy, sampled, None)
-    logp = jnp.take_along_axis(logits, token[:, None], axis=1)[:, 0] - policy_lse
+    token, logq = jax.lax.cond(greedy_mode, greedy, sampled, None)
+    logp = jnp.take_along_axis(logits, token[:, None], axis=1)[:, 0] / t - policy_lse
     return StepSample(token, logp, logq)
 
 

@@ -5,8 +5,9 @@ step (L, L+1, ...) while its RoPE position is its own (prompt length + step). Th
 prompt share its prefill: the prompt's cache is computed once and repeated. Rows are prompt-major
 (row = prompt * num_samples + sample).
 
-The log-probabilities returned are computed from the very logits the token was drawn from, so they equal a
-fresh forward pass over the sampled sequence up to float rounding: the trainer's `pi_old` *is* the sampler's.
+The log-probabilities returned are computed from the very logits the token was drawn from, under the tempered
+policy softmax(logits / temperature), so they equal a fresh forward pass over the sampled sequence scored at the
+same temperature up to float rounding: the trainer's `pi_old` *is* the sampler's (METHODS.md §1).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class SampleOutput(NamedTuple):
     """Rows are prompt-major: row r comes from prompt r // num_samples.
 
     tokens:            [N, max_new_tokens] int32, `pad_id` after the end of each completion
-    logprobs:          [N, max_new_tokens] float32, log pi(token) at temperature 1 (0 after the end)
+    logprobs:          [N, max_new_tokens] float32, log pi_T(token), the tempered untruncated policy (T = 1 when
+                       greedy; 0 after the end)
     sampling_logprobs: [N, max_new_tokens] float32, log q(token) of the sampling distribution (0 if greedy)
     lengths:           [N] int32, generated tokens including a stop token / stop string
     finish_reason:     [N] int32 in FINISH_EOS / FINISH_STOP / FINISH_LENGTH (names in FINISH_NAMES)
@@ -328,9 +330,9 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
 
 
 def sequence_logprobs(model: Qwen2, prompt: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                      state=None) -> list:
-    """Reference per-token log-probs of each completion given its prompt by one fresh forward pass
-    (used by tests and to recompute pi_old under another prompt)."""
+                      state=None, temperature: float = 1.0) -> list:
+    """Reference per-token log-probs of each completion given its prompt by one fresh forward pass, under
+    softmax(logits / temperature) (a test reference for the sampler and the trainer)."""
     graphdef, own = nnx.split(model)
     state = own if state is None else state
     seqs = [list(p) + list(c) for p, c in zip(prompt, completions)]
@@ -340,7 +342,8 @@ def sequence_logprobs(model: Qwen2, prompt: Sequence[Sequence[int]], completions
     for i, s in enumerate(seqs):
         toks[i, :len(s)] = s
         seg[i, :len(s)] = 1
-    lp = np.asarray(_forward_logprobs(graphdef, state, jnp.asarray(toks), jnp.asarray(seg)))
+    lp = np.asarray(_forward_logprobs(graphdef, state, jnp.asarray(toks), jnp.asarray(seg),
+                                      jnp.float32(temperature)))
     out = []
     for i, (p, c) in enumerate(zip(prompt, completions)):
         out.append(lp[i, len(p) - 1:len(p) - 1 + len(c)])
@@ -348,11 +351,11 @@ def sequence_logprobs(model: Qwen2, prompt: Sequence[Sequence[int]], completions
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
-def _forward_logprobs(graphdef, state, tokens, segment_ids):
-    """log p(tokens[:, t+1] | tokens[:, :t+1]) as [B, T] (the last column is meaningless)."""
+def _forward_logprobs(graphdef, state, tokens, segment_ids, temperature):
+    """log p_T(tokens[:, t+1] | tokens[:, :t+1]) as [B, T] (the last column is meaningless)."""
     model = nnx.merge(graphdef, state)
     pos = positions_from_mask(segment_ids)
     logits = model(tokens, pos, segment_ids)
-    lp = jax.nn.log_softmax(logits, axis=-1)
+    lp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
     nxt = jnp.concatenate([tokens[:, 1:], tokens[:, :1]], axis=1)
     return jnp.take_along_axis(lp, nxt[..., None], axis=-1)[..., 0]

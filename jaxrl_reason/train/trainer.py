@@ -31,7 +31,7 @@ from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size
-from jaxrl_reason.rl.losses import needs_reference, sft_spec
+from jaxrl_reason.rl.losses import needs_reference, scoring_temperatures, sft_spec
 from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
@@ -149,13 +149,16 @@ class Trainer:
         self.optimizer = make_optimizer(config.lr, total_steps=config.steps, warmup_steps=config.warmup_steps,
                                         schedule=config.schedule, weight_decay=config.weight_decay,
                                         clip_norm=config.clip_norm)
-        update_kw = dict(micro_batches=config.micro_batches, logprob_chunk=config.logprob_chunk)
+        update_kw = dict(micro_batches=config.micro_batches, logprob_chunk=config.logprob_chunk,
+                         temperature=self._scoring_temperature())
+        ref_temps = scoring_temperatures(self.terms, self._scoring_temperature())
         if mesh is None:
             self.update = make_update(self.graphdef, self.optimizer, self.terms, matmuls=config.update_matmuls,
                                       **update_kw)
             self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
             self.state = init_state(params, self.optimizer, config.seed)
-            self._ref_logprobs = functools.partial(reference_logprobs, self.graphdef, chunk_size=config.logprob_chunk)
+            self._ref_logprobs = functools.partial(reference_logprobs, self.graphdef, chunk_size=config.logprob_chunk,
+                                                   temperature=ref_temps)
         else:
             params = prules.as_sharded(params, prules.param_shardings(model, mesh, rules))
             opt_state = prules.init_opt_state(self.optimizer, params, mesh, rules)
@@ -167,7 +170,8 @@ class Trainer:
             # Pinned to the batch layout so the update's row-split input sharding matches without a reshard.
             rows = NamedSharding(mesh, P(prules.BATCH))
             self._ref_logprobs = jax.jit(
-                lambda p, b: reference_logprobs(self.graphdef, p, b, chunk_size=config.logprob_chunk),
+                lambda p, b: reference_logprobs(self.graphdef, p, b, chunk_size=config.logprob_chunk,
+                                                temperature=ref_temps),
                 out_shardings=rows)
         # Rows per update: whole micro-batches, each split evenly over the mesh's batch shards.
         self._row_groups = 1 if mesh is None else pmesh.batch_shards(mesh)
@@ -182,6 +186,10 @@ class Trainer:
             method.load_state_dict(extra.get("method", {}))
             if pmesh.is_main_process():
                 print(f"resumed from step {int(self.state.step)} in {self.ckpt.directory}")
+
+    def _scoring_temperature(self) -> float:
+        """The temperature pi_old and pi_theta are scored at: the rollouts' (greedy rollouts score at 1)."""
+        return float(self.cfg.temperature) if self.cfg.temperature > 0 else 1.0
 
     def _replicated(self, x):
         """A small host-side value (step, PRNG key) as one identical copy on every device of the mesh, so that
@@ -217,7 +225,8 @@ class Trainer:
         rewards = scores.reshape(len(examples), g)
         return Rollouts(list(examples), prompts, completions,
                         [out.logprobs[i, :n] for i, n in enumerate(out.lengths)], texts, rewards,
-                        out.finish_names(), details)
+                        out.finish_names(), details,
+                        [out.sampling_logprobs[i, :n] for i, n in enumerate(out.lengths)])
 
     def _dynamic_rollouts(self, key) -> tuple[Rollouts, dict]:
         """DAPO dynamic sampling: keep only groups with reward variance, drawing more prompts until Q are kept."""
@@ -256,7 +265,8 @@ class Trainer:
         calls = itertools.count(1)
         ctx = Context(self.tokenizer,
                       lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, next(calls)), **kw),
-                      self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params)
+                      self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params,
+                      temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens)
         batch, method_metrics = self.method.build(ro, ctx)
         batch = pad_rows_to(batch, self._row_multiple, bucket=True)
         if self.mesh is not None:
@@ -356,15 +366,17 @@ def _select_groups(r: Rollouts, idx) -> Rollouts:
     rows = [q * g + j for q in idx for j in range(g)]
     pick = lambda xs: [xs[i] for i in rows]
     return Rollouts([r.examples[i] for i in idx], [r.prompts[i] for i in idx], pick(r.completions),
-                    pick(r.logprobs), pick(r.texts), r.rewards[np.asarray(idx)], pick(r.finish), pick(r.details))
+                    pick(r.logprobs), pick(r.texts), r.rewards[np.asarray(idx)], pick(r.finish), pick(r.details),
+                    None if r.sampling_logprobs is None else pick(r.sampling_logprobs))
 
 
 def _concat_rollouts(rs: Sequence[Rollouts]) -> Rollouts:
     if len(rs) == 1:
         return rs[0]
     cat = lambda f: [x for r in rs for x in getattr(r, f)]
+    sampling = None if any(r.sampling_logprobs is None for r in rs) else cat("sampling_logprobs")
     return Rollouts(cat("examples"), cat("prompts"), cat("completions"), cat("logprobs"), cat("texts"),
-                    np.concatenate([r.rewards for r in rs]), cat("finish"), cat("details"))
+                    np.concatenate([r.rewards for r in rs]), cat("finish"), cat("details"), sampling)
 
 
 # ---------------------------------------------------------------------------------------------- SFT warm-up

@@ -10,11 +10,12 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from jaxrl_reason.rl.batch import TokenBatch, stack_micro_batches
+from jaxrl_reason.rl.batch import TASKS, TokenBatch, stack_micro_batches
 from jaxrl_reason.rl.prefix import SharedPrefixBatch
 from jaxrl_reason.rl.prefix import stack_micro_batches as stack_shared_micro_batches
 from jaxrl_reason.rl.losses import (TermSpec, align_to_targets, batch_counts, counts_metrics, finite_flags,
-                                    next_token_targets, objective, safe_divide, selected_token_logprobs_from_hidden,
+                                    next_token_targets, objective, row_temperatures, safe_divide,
+                                    scoring_temperatures, selected_token_logprobs_from_hidden,
                                     token_logprobs_from_hidden, tree_is_finite)
 
 
@@ -26,14 +27,17 @@ class UpdateOutput(NamedTuple):
 
 
 def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, chunk_size: Optional[int] = None,
-                   scored: Optional[int] = None, row_groups: int = 1):
+                   scored: Optional[int] = None, row_groups: int = 1,
+                   temperature: float | tuple[float, ...] = 1.0):
     """Per-token log-probs and entropy in TokenBatch layout, from final hidden states, never materialising more
     than a `chunk_size` slice of the [B, T, V] logits. Returns (log-probs, entropy, fits).
 
     scored: None runs the LM head at every position; an int runs it only at the positions whose target is trained
     (loss_mask != 0), at most `scored` of them per group of `row_groups` contiguous row blocks (see
     `rl.batch.scored_size`); the other positions read 0, which no loss term looks at. `fits` is False when a group
-    had more trained positions than `scored`. For a `SharedPrefixBatch` the layout is that of `batch.rows`."""
+    had more trained positions than `scored`. For a `SharedPrefixBatch` the layout is that of `batch.rows`.
+    temperature: a float for every row, or one per task id (`rl.losses.scoring_temperatures`): log-probs are
+    log-softmax(logits / T), the tempered policy the rows were sampled from."""
     model = nnx.merge(graphdef, params)
     if isinstance(batch, SharedPrefixBatch):
         h, batch = _shared_prefix_hidden(model, batch), batch.rows
@@ -44,15 +48,20 @@ def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, c
     else:
         w = model.lm_head.kernel[...].astype(h.dtype)
     targets = next_token_targets(batch.tokens)
+    table = (temperature,) * len(TASKS) if isinstance(temperature, (int, float)) else temperature
+    row_t = row_temperatures(batch.task_id, table)
+    # A predictor at t - 1 scores the target at t, in the same row: the row's temperature covers both.
+    temp = None if row_t is None else jnp.broadcast_to(row_t[:, None], targets.shape)
     if scored is None:
-        lp, ent = token_logprobs_from_hidden(h, w, targets, chunk_size=chunk_size, with_entropy=True)
+        lp, ent = token_logprobs_from_hidden(h, w, targets, chunk_size=chunk_size, with_entropy=True,
+                                             temperature=temp)
         fits = jnp.array(True)
     else:
         # the predictor of target t sits at t - 1
         predicts_trained = next_token_targets((batch.loss_mask != 0).astype(jnp.int32)) != 0
         lp, ent, fits = selected_token_logprobs_from_hidden(h, w, targets, predicts_trained, size=scored,
                                                             groups=row_groups, chunk_size=chunk_size,
-                                                            with_entropy=True)
+                                                            with_entropy=True, temperature=temp)
     return align_to_targets(lp), align_to_targets(ent), fits
 
 
@@ -66,9 +75,9 @@ def _shared_prefix_hidden(model, batch: SharedPrefixBatch):
     return jnp.concatenate([h_prefix[batch.prefix_index, last][:, None], h_suffix], axis=1)
 
 
-def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups):
+def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups, temperatures):
     lp, ent, fits = model_logprobs(graphdef, params, mb, chunk_size=chunk_size, scored=scored,
-                                   row_groups=row_groups)
+                                   row_groups=row_groups, temperature=temperatures)
     mb = mb.rows if isinstance(mb, SharedPrefixBatch) else mb
     loss, metrics = objective(lp, mb, terms, counts=counts, entropy=ent)
     # Sampler/trainer mismatch: |log pi_train - log pi_sampler| on sampled tokens (rows with old log-probs).
@@ -98,7 +107,7 @@ def training_compiler_options(matmuls: str = "auto") -> dict:
 
 def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[TermSpec, ...], *,
                 micro_batches: int = 1, logprob_chunk: Optional[int] = None, row_groups: int = 1,
-                matmuls: str = "auto") -> Callable:
+                matmuls: str = "auto", temperature: float = 1.0) -> Callable:
     """Returns jitted `update(params, opt_state, batch, scored=None) -> UpdateOutput`. `batch` rows must divide
     into `micro_batches` (see `rl.batch.pad_rows_to`). params and opt_state are donated.
 
@@ -106,7 +115,12 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
     row_groups)` computes it only where a loss reads it (same result, less work when rows train on a fraction of
     their tokens). An undersized `scored` is refused like a non-finite loss (flag "scored_positions").
     row_groups: contiguous row blocks per micro-batch that gather their scored positions separately; on a mesh
-    the number of batch shards, so no gather crosses devices. matmuls: see `training_compiler_options`."""
+    the number of batch shards, so no gather crosses devices. matmuls: see `training_compiler_options`.
+    temperature: the rollouts' sampling temperature. Rows of sampled-data terms (PPO clip, KL) are scored under
+    the tempered policy log-softmax(logits / T), the one the sampler reports as pi_old, so the first epoch's
+    ratio is 1 and the gradient is that of the policy that generated the data; supervised rows at T = 1
+    (`rl.losses.scoring_temperatures`)."""
+    temperatures = scoring_temperatures(terms, temperature)
 
     @functools.partial(jax.jit, donate_argnums=(0, 1), static_argnames=("scored",),
                        compiler_options=training_compiler_options(matmuls))
@@ -119,12 +133,14 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
         first = jax.tree.map(lambda x: x[0], stacked)
         _, metric_shapes = jax.eval_shape(
-            lambda: _loss_fn(params, graphdef, first, counts, terms, logprob_chunk, scored, row_groups))
+            lambda: _loss_fn(params, graphdef, first, counts, terms, logprob_chunk, scored, row_groups,
+                             temperatures))
         zeros = (jax.tree.map(jnp.zeros_like, params),
                  jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
 
         def body(acc, mb):
-            (_, m), g = grad_fn(params, graphdef, mb, counts, terms, logprob_chunk, scored, row_groups)
+            (_, m), g = grad_fn(params, graphdef, mb, counts, terms, logprob_chunk, scored, row_groups,
+                                temperatures)
             m = dict(m)
             gmax = m.pop("logprob_gap/max")
             acc_g, acc_m = acc
@@ -154,11 +170,13 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
     return update
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size", "scored"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size", "scored", "temperature"))
 def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, chunk_size: Optional[int] = None,
-                       scored: Optional[int] = None):
+                       scored: Optional[int] = None, temperature: float | tuple[float, ...] = 1.0):
     """log-probs of the batch's tokens under frozen `params` (TokenBatch layout; `batch.rows`' for a
-    SharedPrefixBatch), for the KL term. scored: as in `make_update` -- the LM head only at trained positions
-    (0 elsewhere); an undersized `scored` gives NaN everywhere, which the update then refuses as a non-finite KL."""
-    lp, _, fits = model_logprobs(graphdef, params, batch, chunk_size=chunk_size, scored=scored)
+    SharedPrefixBatch), for the KL term or a recomputed pi_old. scored: as in `make_update` -- the LM head only at
+    trained positions (0 elsewhere); an undersized `scored` gives NaN everywhere, which the update then refuses as
+    a non-finite KL. temperature: as in `model_logprobs` (the update's `scoring_temperatures` for the KL)."""
+    lp, _, fits = model_logprobs(graphdef, params, batch, chunk_size=chunk_size, scored=scored,
+                                 temperature=temperature)
     return jnp.where(fits, lp, jnp.nan)
