@@ -209,7 +209,8 @@ def trainer_config(cfg):
     return TrainerConfig(
         steps=r.steps, prompts_per_step=r.prompts_per_step, samples_per_prompt=r.samples_per_prompt,
         max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        num_iterations=r.num_iterations, micro_batches=r.micro_batches, lr=r.lr, warmup_steps=r.warmup_steps,
+        num_iterations=r.num_iterations, num_mini_batches=r.get("num_mini_batches", 1),
+        micro_batches=r.micro_batches, lr=r.lr, warmup_steps=r.warmup_steps,
         schedule=r.schedule, weight_decay=r.weight_decay, clip_norm=r.clip_norm,
         dynamic_sampling=r.dynamic_sampling, dynamic_sampling_max_rounds=r.dynamic_sampling_max_rounds,
         seed=cfg.seed, checkpoint_every=r.checkpoint_every, eval_every=r.eval_every,

@@ -9,12 +9,14 @@ import numpy as np
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import TokenBatch, build_token_batch
+from jaxrl_reason.rl.importance import check_tis, truncated_is_weights
+from jaxrl_reason.rl.overlong import check_overlong, overlong_penalty, truncated_mask
 from jaxrl_reason.rl.losses import TermSpec, kl_spec, pg_spec
 
 
 @dataclasses.dataclass
 class PolicyLossConfig:
-    """The PPO-clip solve term and its KL penalty."""
+    """The PPO-clip solve term, its KL penalty, and the corrections applied to sampled solve rows."""
 
     aggregation: str = "seq_mean_token_mean"  # token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm
     max_len: Optional[int] = None  # fixed length for seq_mean_token_sum_norm (default: max_new_tokens)
@@ -23,12 +25,23 @@ class PolicyLossConfig:
     dual_clip: Optional[float] = None
     beta: float = 0.0  # KL-to-reference coefficient; 0 skips the reference forward entirely
     kl_estimator: str = "k3"
+    tis: str = "off"  # truncated importance sampling min(pi_old / q, tis_cap): off | token | sequence
+    tis_cap: float = 2.0  # the cap C of the TIS weight
+    overlong_buffer: int = 0  # DAPO's L_cache: penalise the last this-many tokens before the limit (0 = off)
+    overlong_penalty: float = 1.0  # DAPO's overlong penalty at the length limit (reward - this)
+    overlong_filter: bool = False  # DAPO: truncated samples are masked out of the loss
+
+    def __post_init__(self):
+        check_tis(self.tis, self.tis_cap)
+        check_overlong(self.overlong_buffer, self.overlong_penalty)
 
     def terms(self, tasks=("solve",)) -> tuple[TermSpec, ...]:
         t = [pg_spec(tasks, aggregation=self.aggregation, max_len=self.max_len, eps_low=self.eps_low,
                      eps_high=self.eps_high, dual_clip=self.dual_clip)]
         if self.beta:
-            t.append(kl_spec(tasks, beta=self.beta, estimator=self.kl_estimator))
+            # Inside the same per-sequence mean as the policy term (the GRPO objective; verl and TRL alike).
+            t.append(kl_spec(tasks, beta=self.beta, estimator=self.kl_estimator, aggregation=self.aggregation,
+                             max_len=self.max_len))
         return tuple(t)
 
 
@@ -37,11 +50,43 @@ def group_advantages(rewards: np.ndarray, estimator: str, **kwargs) -> np.ndarra
     return np.asarray(adv_lib.compute_advantages(estimator, np.asarray(rewards, np.float32), **kwargs))
 
 
-def solve_rows(rollouts: Rollouts, advantages: np.ndarray, *, pad_id: int, task: str = "solve") -> TokenBatch:
+def solve_rows(rollouts: Rollouts, advantages: np.ndarray, *, pad_id: int, task: str = "solve",
+               loss: Optional[PolicyLossConfig] = None) -> tuple[TokenBatch, dict]:
+    """The rollouts as `task` rows with [Q, G] advantages, and metrics. With `loss`, its sampled-row corrections:
+    truncated importance weights folded into per-token advantages (`rl.importance`), DAPO's overlong filter."""
     g = rollouts.group_size
-    prompts = [rollouts.prompts[r // g] for r in range(len(rollouts.completions))]
-    return build_token_batch(prompts, rollouts.completions, list(np.asarray(advantages).reshape(-1)),
-                             rollouts.logprobs, task, pad_id=pad_id)
+    n = len(rollouts.completions)
+    prompts = [rollouts.prompts[r // g] for r in range(n)]
+    adv = list(np.asarray(advantages, np.float32).reshape(-1))
+    metrics: dict = {}
+    if rollouts.sampling_logprobs is not None:
+        weights, metrics = truncated_is_weights(rollouts.logprobs, rollouts.sampling_logprobs,
+                                                mode=loss.tis if loss else "off", cap=loss.tis_cap if loss else 2.0)
+        if loss is not None and loss.tis != "off":
+            adv = [a * w for a, w in zip(adv, weights)]
+    elif loss is not None and loss.tis != "off":
+        raise ValueError(f"tis={loss.tis!r} needs the sampler's log q of every sampled token "
+                         "(Rollouts.sampling_logprobs), which these rollouts do not carry; set tis='off'")
+    masks = None
+    if loss is not None and loss.overlong_filter:
+        truncated = truncated_mask(rollouts.finish)
+        masks = [np.full(len(c), 0.0 if t else 1.0, np.float32) for c, t in zip(rollouts.completions, truncated)]
+        metrics["overlong/filtered_frac"] = float(truncated.mean())
+    batch = build_token_batch(prompts, rollouts.completions, adv, rollouts.logprobs, task, pad_id=pad_id,
+                              completion_masks=masks)
+    return batch, metrics
+
+
+def shaped_rewards(rollouts: Rollouts, loss: PolicyLossConfig, max_new_tokens: int) -> tuple[np.ndarray, dict]:
+    """[Q, G] rewards after DAPO's overlong shaping (unchanged when `loss.overlong_buffer` is 0), and metrics."""
+    rewards = np.asarray(rollouts.rewards, np.float32)
+    if not loss.overlong_buffer:
+        return rewards, {}
+    if max_new_tokens <= 0:
+        raise ValueError("overlong_buffer needs the generation limit: the method's Context.max_new_tokens is unset")
+    pen = overlong_penalty([len(c) for c in rollouts.completions], max_new_tokens, loss.overlong_buffer,
+                           loss.overlong_penalty).reshape(rewards.shape)
+    return rewards + pen, {"overlong/penalised_frac": float((pen < 0).mean()), "overlong/penalty_mean": float(pen.mean())}
 
 
 class GRPO:
@@ -63,9 +108,11 @@ class GRPO:
         return self.loss.terms(("solve",))
 
     def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
-        a = group_advantages(rollouts.rewards, self.estimator, **self.estimator_kwargs)
-        metrics = {f"solve/{k}": v for k, v in adv_lib.group_metrics(rollouts.rewards, advantages=a).items()}
-        return solve_rows(rollouts, a, pad_id=ctx.pad_id), metrics
+        rewards, metrics = shaped_rewards(rollouts, self.loss, ctx.max_new_tokens)
+        a = group_advantages(rewards, self.estimator, **self.estimator_kwargs)
+        metrics.update({f"solve/{k}": v for k, v in adv_lib.group_metrics(rewards, advantages=a).items()})
+        batch, row_metrics = solve_rows(rollouts, a, pad_id=ctx.pad_id, loss=self.loss)
+        return batch, {**metrics, **row_metrics}
 
     def state_dict(self) -> dict:
         return {}

@@ -374,6 +374,27 @@ def split_micro_batches(batch: TokenBatch, n: int) -> list[TokenBatch]:
     return [jax.tree.map(lambda x: x[i * m:(i + 1) * m], batch) for i in range(n)]
 
 
+def split_mini_batches(batch: TokenBatch, n: int, *, rng: Optional[np.random.Generator] = None,
+                       multiple: int = 1) -> list[TokenBatch]:
+    """The batch's real rows (filler rows dropped) as `n` mini-batches, one optimizer step each (PPO's
+    `num_mini_batches`): shuffled by `rng` (None keeps their order), sizes as equal as whole rows allow, each
+    padded with filler rows to one `row_bucket(.., multiple)` row count so that all share one compiled shape.
+    A host-side (numpy) batch."""
+    if n < 1:
+        raise ValueError(f"split_mini_batches: n must be >= 1, got {n}")
+    real = np.flatnonzero(np.asarray(batch.task_id) != PAD_TASK_ID)
+    if len(real) < n:
+        raise ValueError(f"split_mini_batches: {len(real)} rows cannot fill {n} mini-batches; lower num_mini_batches")
+    order = real if rng is None else rng.permutation(real)
+    rows = row_bucket(-(-len(real) // n), multiple)
+    out = []
+    for part in np.array_split(order, n):
+        # In batch order inside a mini-batch, so a group's rows stay adjacent (prefix sharing finds them).
+        mb = jax.tree.map(lambda x: np.asarray(x)[np.sort(part)], batch)
+        out.append(pad_rows_to(mb, rows) if mb.batch_size < rows else mb)
+    return out
+
+
 def stack_micro_batches(batch: TokenBatch, n: int) -> TokenBatch:
     """Reshapes every leaf to [n, batch / n, ...] for a `lax.scan` over micro-batches inside one jit."""
     b = batch.batch_size

@@ -30,7 +30,7 @@ from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
-from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size
+from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size, split_mini_batches
 from jaxrl_reason.rl.losses import needs_reference, scoring_temperatures, sft_spec
 from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.sampling.sampler import sample
@@ -55,11 +55,13 @@ class TrainerConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
-    num_iterations: int = 1  # PPO epochs over each batch (1 = on-policy, ratio == 1)
-    micro_batches: int = 1  # gradient accumulation inside the jitted update
+    num_iterations: int = 1  # PPO epochs over each batch (1 with one mini-batch = on-policy, ratio == 1)
+    num_mini_batches: int = 1  # optimizer steps per epoch: the batch's rows split into this many mini-batches
+    shuffle_mini_batches: bool = True  # rows go to mini-batches at random (seeded by the step's key), once a step
+    micro_batches: int = 1  # gradient accumulation inside the jitted update (per mini-batch)
     lr: float = 1e-6
-    warmup_steps: int = 0
-    schedule: str = "constant"  # constant | cosine
+    warmup_steps: int = 0  # learning-rate warm-up, in optimizer steps
+    schedule: str = "constant"  # constant | cosine (over steps x num_iterations x num_mini_batches optimizer steps)
     weight_decay: float = 0.0
     clip_norm: float = 1.0
     dynamic_sampling: bool = False  # DAPO: drop zero-signal groups and refill from new prompts
@@ -79,12 +81,20 @@ class TrainerConfig:
 
     def __post_init__(self):
         for f in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "num_iterations",
-                  "micro_batches"):
+                  "num_mini_batches", "micro_batches"):
             if int(getattr(self, f)) < 1:
                 raise ValueError(f"TrainerConfig.{f} must be >= 1, got {getattr(self, f)}")
+        if self.temperature <= 0:
+            raise ValueError(f"TrainerConfig.temperature must be > 0 for RL rollouts (a policy gradient needs "
+                             f"sampled completions and the tempered policy's log-probs), got {self.temperature}")
         if self.dynamic_sampling and self.samples_per_prompt < 2:
             raise ValueError("TrainerConfig.dynamic_sampling needs samples_per_prompt >= 2 (a group of one has no "
                              "variance to select on)")
+
+
+def optimizer_steps(config: TrainerConfig) -> int:
+    """Optimizer updates over a whole run: what a learning-rate schedule counts."""
+    return config.steps * config.num_iterations * config.num_mini_batches
 
 
 def render_solve_prompts(tokenizer, questions: Sequence[str], prompt_fn: Callable[[str], str] = solve_prompt
@@ -146,7 +156,12 @@ class Trainer:
         self.eval_examples = list(eval_examples or [])
         self.graphdef, params = nnx.split(model)
         self.terms = method.terms()
-        self.optimizer = make_optimizer(config.lr, total_steps=config.steps, warmup_steps=config.warmup_steps,
+        if config.dynamic_sampling and method.uses_zero_signal_groups:
+            raise ValueError(f"TrainerConfig.dynamic_sampling drops groups whose rewards are all equal, and method "
+                             f"{method.name!r} trains on them (CURE replays guided solutions into zero-pass groups); "
+                             "set dynamic_sampling=False")
+        self.optimizer = make_optimizer(config.lr, total_steps=optimizer_steps(config),
+                                        warmup_steps=config.warmup_steps,
                                         schedule=config.schedule, weight_decay=config.weight_decay,
                                         clip_norm=config.clip_norm)
         update_kw = dict(micro_batches=config.micro_batches, logprob_chunk=config.logprob_chunk,
@@ -188,8 +203,8 @@ class Trainer:
                 print(f"resumed from step {int(self.state.step)} in {self.ckpt.directory}")
 
     def _scoring_temperature(self) -> float:
-        """The temperature pi_old and pi_theta are scored at: the rollouts' (greedy rollouts score at 1)."""
-        return float(self.cfg.temperature) if self.cfg.temperature > 0 else 1.0
+        """The temperature pi_old and pi_theta are scored at: the rollouts' (METHODS.md §1)."""
+        return float(self.cfg.temperature)
 
     def _replicated(self, x):
         """A small host-side value (step, PRNG key) as one identical copy on every device of the mesh, so that
@@ -268,14 +283,67 @@ class Trainer:
                       self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params,
                       temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens)
         batch, method_metrics = self.method.build(ro, ctx)
+        if c.num_mini_batches == 1:
+            minis = [batch]
+        else:
+            order_rng = np.random.default_rng(np.asarray(jax.device_get(k_sample)).tolist())
+            minis = split_mini_batches(batch, c.num_mini_batches, rng=order_rng if c.shuffle_mini_batches else None,
+                                       multiple=self._row_multiple)
+        # Prepared once and reused by every epoch: the layout and the reference log-probs do not change.
+        prepared = [self._prepare(mb) for mb in minis]
+        t_build = time.perf_counter()
+        params, opt_state = self.state.params, self.state.opt_state
+        step = int(self.state.step) + 1
+        per_update = []
+        for it in range(c.num_iterations):
+            for j, (mb, scored) in enumerate(prepared):
+                out = self.update(params, opt_state, mb, scored=scored)
+                bad = [k for k, v in out.finite.items() if not bool(v)]
+                if bad:
+                    # The update was not applied (the jitted step keeps the old params); nothing is checkpointed.
+                    self.state = TrainState(self.state.step, out.params, out.opt_state, self.state.key)
+                    if bad == ["scored_positions"]:
+                        raise ValueError(f"step {step}: the update was given scored={scored}, fewer than the "
+                                         "trained positions of some row group; compute it with rl.batch.scored_size "
+                                         "on the padded batch")
+                    raise NonFiniteLossError(
+                        f"step {step} (epoch {it + 1}/{c.num_iterations}, mini-batch {j + 1}/{len(prepared)}): "
+                        f"non-finite value in {', '.join(bad)} (loss terms: {', '.join(t.name for t in self.terms)});"
+                        f" the update was not applied and the last good checkpoint (step {self.ckpt.latest_step()}) "
+                        "is intact. Lower the learning rate or check the rewards/advantages of this batch.")
+                params, opt_state = out.params, out.opt_state
+                per_update.append(out.metrics)
+        jax.block_until_ready(params)
+        update_metrics = epoch_metrics(jax.device_get(per_update), c.num_iterations)
+        shared = [isinstance(b, SharedPrefixBatch) for b, _ in prepared]
+        update_tokens = sum(b.tokens_through_model() if isinstance(b, SharedPrefixBatch) else b.tokens.size
+                            for b, _ in prepared)
+        t_update = time.perf_counter()
+        step_arr = jnp.asarray(step, jnp.int32)
+        self.state = TrainState(step_arr if self.mesh is None else self._replicated(step_arr), params, opt_state, key)
+        lengths = np.array([len(x) for x in ro.completions])
+        metrics = {**update_metrics, **method_metrics, **extra_metrics,
+                   "reward/mean": float(ro.rewards.mean()), "reward/accuracy": float((ro.rewards > 0.5).mean()),
+                   "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
+                   "length/clipped_frac": float(np.mean([f == "length" for f in ro.finish])),
+                   "time/sample_and_reward": t_sample - t0, "time/build": t_build - t_sample,
+                   "time/update": t_update - t_build, "time/step": t_update - t0,
+                   "update/shared_prompts": float(np.mean(shared)), "update/tokens": float(update_tokens),
+                   "throughput/completion_tokens_per_s": float(lengths.sum() / (t_update - t0))}
+        return metrics
+
+    def _prepare(self, batch):
+        """A host TokenBatch -> (what the update takes, its static `scored`): on a mesh sharded by rows; on one
+        device each group's shared prompt once; the reference log-probs attached when a KL term reads them."""
+        c = self.cfg
         batch = pad_rows_to(batch, self._row_multiple, bucket=True)
         if self.mesh is not None:
             # Rows split over batch shards there, and a shared prompt would cross them: the plain layout.
             scored = scored_size(batch, c.micro_batches, self._row_groups) if c.head_at_trained_only else None
             batch = prules.shard_batch(batch, self.mesh)
-        elif c.share_prompts:
-            batch = share_prefixes(batch, c.micro_batches) or batch
-        if self.mesh is None:
+        else:
+            if c.share_prompts:
+                batch = share_prefixes(batch, c.micro_batches) or batch
             rows = batch.rows if isinstance(batch, SharedPrefixBatch) else batch
             scored = scored_size(rows, c.micro_batches) if c.head_at_trained_only else None
         if self.ref_params is not None:  # the reference forward shares the prompts too
@@ -285,43 +353,7 @@ class Trainer:
                 ref = self._ref_logprobs(self.ref_params, batch)
             batch = (batch._replace(rows=batch.rows._replace(ref_logprobs=ref))
                      if isinstance(batch, SharedPrefixBatch) else batch._replace(ref_logprobs=ref))
-        t_build = time.perf_counter()
-        params, opt_state = self.state.params, self.state.opt_state
-        step = int(self.state.step) + 1
-        for it in range(c.num_iterations):
-            out = self.update(params, opt_state, batch, scored=scored)
-            bad = [k for k, v in out.finite.items() if not bool(v)]
-            if bad:
-                # The update was not applied (the jitted step keeps the old params); nothing is checkpointed.
-                self.state = TrainState(self.state.step, out.params, out.opt_state, self.state.key)
-                if bad == ["scored_positions"]:
-                    raise ValueError(f"step {step}: the update was given scored={scored}, fewer than the trained "
-                                     "positions of some row group; compute it with rl.batch.scored_size on the "
-                                     "padded batch")
-                raise NonFiniteLossError(
-                    f"step {step} (update {it + 1}/{c.num_iterations}): non-finite value in {', '.join(bad)} "
-                    f"(loss terms: {', '.join(t.name for t in self.terms)}); the update was not applied and the last "
-                    f"good checkpoint (step {self.ckpt.latest_step()}) is intact. Lower the learning rate or check "
-                    "the rewards/advantages of this batch.")
-            params, opt_state = out.params, out.opt_state
-            if it == 0:
-                first_metrics = out.metrics
-        jax.block_until_ready(params)
-        t_update = time.perf_counter()
-        step_arr = jnp.asarray(step, jnp.int32)
-        self.state = TrainState(step_arr if self.mesh is None else self._replicated(step_arr), params, opt_state, key)
-        lengths = np.array([len(x) for x in ro.completions])
-        metrics = {**{k: v for k, v in first_metrics.items()}, **method_metrics, **extra_metrics,
-                   "reward/mean": float(ro.rewards.mean()), "reward/accuracy": float((ro.rewards > 0.5).mean()),
-                   "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
-                   "length/clipped_frac": float(np.mean([f == "length" for f in ro.finish])),
-                   "time/sample_and_reward": t_sample - t0, "time/build": t_build - t_sample,
-                   "time/update": t_update - t_build, "time/step": t_update - t0,
-                   "update/shared_prompts": float(isinstance(batch, SharedPrefixBatch)),
-                   "update/tokens": float(batch.tokens_through_model() if isinstance(batch, SharedPrefixBatch)
-                                          else batch.tokens.size),
-                   "throughput/completion_tokens_per_s": float(lengths.sum() / (t_update - t0))}
-        return metrics
+        return batch, scored
 
     def save(self):
         self.ckpt.save(self.state, {"data": self.data.state(), "method": self.method.state_dict()})
@@ -359,6 +391,31 @@ class Trainer:
     def close(self):
         self.writer.close()
         self.ckpt.close()
+
+
+def epoch_metrics(per_update: Sequence[dict], epochs: int) -> dict:
+    """One step's metrics from its updates (epoch-major, the same number of mini-batches each).
+
+    Every metric is its mean over all updates, and with several epochs also per epoch as `epoch{e}/{name}`
+    (e from 1), so the clip fractions and ratios of later epochs are seen. Two kinds differ: token and sequence
+    counts (`*/tokens`, `*/sequences`) are summed over one epoch's mini-batches (the whole batch), and the
+    sampler/trainer gap `logprob_gap/*` is the first update's, the only one scored before the params move."""
+    n = len(per_update)
+    per_epoch = n // epochs
+    count = lambda k: k.endswith("/tokens") or k.endswith("/sequences")
+    out = {}
+    for k in per_update[0]:
+        vals = np.asarray([float(m[k]) for m in per_update])
+        if k.startswith("logprob_gap/"):
+            out[k] = vals[0]
+        elif count(k):
+            out[k] = vals[:per_epoch].sum()
+        else:
+            out[k] = vals.mean()
+            if epochs > 1:
+                for e in range(epochs):
+                    out[f"epoch{e + 1}/{k}"] = vals[e * per_epoch:(e + 1) * per_epoch].mean()
+    return out
 
 
 def _select_groups(r: Rollouts, idx) -> Rollouts:
