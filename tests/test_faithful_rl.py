@@ -22,7 +22,8 @@ from jaxrl_reason.rl.overlong import overlong_penalty
 from jaxrl_reason.sampling.logits import sample_step
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig, optimizer_steps
-from jaxrl_reason.train.update import make_update, model_logprobs
+from jaxrl_reason.rl.scoring import model_logprobs
+from jaxrl_reason.train.update import make_update
 
 from tiny import ARITH, arith_tokenizer, tiny_model  # noqa: E402
 

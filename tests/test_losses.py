@@ -12,6 +12,7 @@ import pytest
 
 from jaxrl_reason.rl import batch as tb
 from jaxrl_reason.rl import losses as L
+from jaxrl_reason.rl import scoring as S
 
 V = 12  # vocabulary of the stand-in models
 
@@ -52,7 +53,7 @@ def mlp_logits(params, tokens):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _model_logprobs(logits_fn, params, tokens):
-    return L.next_token_logprobs(logits_fn(params, tokens), tokens)
+    return S.next_token_logprobs(logits_fn(params, tokens), tokens)
 
 
 def model_logprobs(logits_fn, params, batch):
@@ -70,7 +71,7 @@ def seq_logprob(logits_fn, params, batch):
 @functools.partial(jax.jit, static_argnums=(0, 3))
 def _grad(logits_fn, params, batch, terms):
     def loss_fn(p):
-        return L.objective(L.next_token_logprobs(logits_fn(p, batch.tokens), batch.tokens), batch, terms)[0]
+        return L.objective(S.next_token_logprobs(logits_fn(p, batch.tokens), batch.tokens), batch, terms)[0]
 
     return jax.grad(loss_fn)(params)
 
@@ -174,21 +175,21 @@ def test_register_task_extends_registry():
 
 def test_token_logprobs_hand_values_and_dtype():
     logits = jnp.array([[[0.0, np.log(3.0)], [np.log(4.0), 0.0]]], jnp.bfloat16)
-    lp = L.token_logprobs(logits, jnp.array([[1, 1]]))
+    lp = S.token_logprobs(logits, jnp.array([[1, 1]]))
     assert lp.dtype == jnp.float32
     # bf16 log(3), log(4) are rounded; compare with the float32 computation on the same (rounded) values.
     x = np.asarray(logits.astype(jnp.float32))
     want = x[0, [0, 1], [1, 1]] - np.log(np.exp(x[0]).sum(-1))
     np.testing.assert_allclose(lp[0], want, rtol=1e-6)
     np.testing.assert_allclose(lp[0], [np.log(0.75), np.log(0.2)], atol=3e-3)
-    ent = L.token_entropy(jnp.zeros((2, 3, 7)))
+    ent = S.token_entropy(jnp.zeros((2, 3, 7)))
     np.testing.assert_allclose(ent, np.full((2, 3), np.log(7.0)), rtol=1e-6)
 
 
 def test_next_token_logprobs_shift():
     logits = _normal(0, (2, 5, V))
     tokens = _ints(1, (2, 5))
-    lp = L.next_token_logprobs(logits, tokens)
+    lp = S.next_token_logprobs(logits, tokens)
     full = jax.nn.log_softmax(logits, axis=-1)
     np.testing.assert_array_equal(lp[:, 0], 0.0)
     for t in range(1, 5):
@@ -204,8 +205,8 @@ def test_chunked_logprobs_match_values_and_grads():
     def run(lg):
         outs = []
         for c in (3, None):  # T = 7: two scanned chunks of 3 plus a tail of 1, against no chunking
-            f = lambda x: jnp.sum(w * L.token_logprobs(x, tgt, chunk_size=c))
-            outs.append((L.token_logprobs(lg, tgt, chunk_size=c), jax.grad(f)(lg), L.token_entropy(lg, chunk_size=c)))
+            f = lambda x: jnp.sum(w * S.token_logprobs(x, tgt, chunk_size=c))
+            outs.append((S.token_logprobs(lg, tgt, chunk_size=c), jax.grad(f)(lg), S.token_entropy(lg, chunk_size=c)))
         return outs
 
     chunked, plain = run(logits)
@@ -220,19 +221,19 @@ def test_logprobs_from_hidden_match_logits_path():
 
     @jax.jit
     def run(h):
-        lp, ent = L.token_logprobs_from_hidden(h, w, tgt, chunk_size=4, with_entropy=True)
-        g = jax.grad(lambda x: L.token_logprobs_from_hidden(x, w, tgt, chunk_size=4).sum())(h)
+        lp, ent = S.token_logprobs_from_hidden(h, w, tgt, chunk_size=4, with_entropy=True)
+        g = jax.grad(lambda x: S.token_logprobs_from_hidden(x, w, tgt, chunk_size=4).sum())(h)
         return lp, ent, g
 
     @jax.jit
     def reference(h):
-        g = jax.grad(lambda x: L.token_logprobs(x @ w, tgt).sum())(h)
-        return L.token_logprobs(h @ w, tgt), L.token_entropy(h @ w), g
+        g = jax.grad(lambda x: S.token_logprobs(x @ w, tgt).sum())(h)
+        return S.token_logprobs(h @ w, tgt), S.token_entropy(h @ w), g
 
     for got, want in zip(run(h), reference(h)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="transpose"):
-        L.token_logprobs_from_hidden(h, w.T, tgt)
+        S.token_logprobs_from_hidden(h, w.T, tgt)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -489,7 +490,7 @@ def test_objective_per_task_metrics_and_restriction(mlp_setup):
     params, batch = mlp_setup
     terms = _terms("token_mean")
     lp = model_logprobs(mlp_logits, params, batch)
-    ent = L.next_token_entropy(mlp_logits(params, jnp.asarray(batch.tokens)))
+    ent = S.next_token_entropy(mlp_logits(params, jnp.asarray(batch.tokens)))
     loss, m = objective(lp, batch, terms, entropy=ent)
     for key in ["loss/total", "loss/pg", "loss/kl", "loss/sft", "solve/clip_frac_low", "solve/clip_frac_high",
                 "solve/dual_clip_frac", "solve/approx_kl", "solve/ratio_mean", "guided_solve/clip_frac_high",

@@ -10,7 +10,8 @@ from jaxrl_reason.models.qwen2 import ModelConfig, init_model
 from jaxrl_reason.rl.batch import TASKS, build_token_batch, concat_batches, pad_rows_to, scored_size
 from jaxrl_reason.rl.losses import kl_spec, pg_spec, sft_spec
 from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
-from jaxrl_reason.train.update import make_update, model_logprobs
+from jaxrl_reason.rl.scoring import model_logprobs
+from jaxrl_reason.train.update import make_update
 
 from tiny import assert_same_update  # noqa: E402
 

@@ -9,7 +9,8 @@ from hf_fixtures import save_hf_model
 from jaxrl_reason.models.hf_port import load_pretrained
 from jaxrl_reason.sampling import sampler as sampler_mod
 from jaxrl_reason.sampling.logits import filter_logits, sample_step
-from jaxrl_reason.sampling.sampler import (FINISH_EOS, FINISH_LENGTH, FINISH_STOP, sample, sequence_logprobs)
+from jaxrl_reason.rl.scoring import completion_logprobs
+from jaxrl_reason.sampling.sampler import FINISH_EOS, FINISH_LENGTH, FINISH_STOP, sample
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,8 @@ def test_logprobs_equal_fresh_forward(hf_and_model, prompts):
     for kw in (dict(temperature=1.0), dict(temperature=0.7, top_k=10), dict(temperature=1.3, top_p=0.8)):
         out = sample(model, prompts, jax.random.PRNGKey(1), max_new_tokens=24, num_samples=3, **kw)
         # pi_old is the tempered policy softmax(logits / T), untruncated (METHODS.md §1)
-        ref = sequence_logprobs(model, [prompts[i] for i in out.prompt_index], out.completions(),
-                                temperature=kw["temperature"])
+        ref = completion_logprobs(model, None, [prompts[i] for i in out.prompt_index], out.completions(),
+                                  temperature=kw["temperature"])
         for r, lp, n in zip(ref, out.logprobs, out.lengths):
             np.testing.assert_allclose(lp[:n], r, atol=1e-5)
             assert (lp[n:] == 0).all()

@@ -16,7 +16,8 @@ from jaxrl_reason.rl.batch import SCORED_BUCKETS, build_token_batch, concat_batc
 from jaxrl_reason.rl.losses import pg_spec, sft_spec
 from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import NonFiniteLossError, Trainer, TrainerConfig
-from jaxrl_reason.train.update import make_update, model_logprobs
+from jaxrl_reason.rl.scoring import model_logprobs, reference_logprobs
+from jaxrl_reason.train.update import make_update
 
 from tiny import ARITH, arith_tokenizer, assert_same_update, tiny_model  # noqa: E402
 
@@ -332,7 +333,6 @@ def test_update_matmul_kernels_option(tokenizer):
 def test_reference_logprobs_at_trained_positions_only(tokenizer):
     """The KL reference forward with the LM head only where the loss reads it: the same log-probs there, 0
     elsewhere, and NaN (refused by the update as a non-finite KL) when `scored` is too small."""
-    from jaxrl_reason.train.update import reference_logprobs
 
     model = tiny_model(tokenizer)
     graphdef, params = nnx.split(model)

@@ -8,7 +8,8 @@ from flax import nnx
 from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.data.prompts import verify_prompt
 from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
-from jaxrl_reason.inference import verifier
+from jaxrl_reason.inference import verifier  # noqa: F401
+from jaxrl_reason.rl import scoring
 from jaxrl_reason.inference.verifier import (score, scores_from_logprobs, verdict_ids, verdict_logprobs,
                                              verify_prompts, verify_rows)
 from jaxrl_reason.models.qwen2 import ModelConfig, init_model, positions_from_mask
@@ -96,11 +97,11 @@ def test_scores_do_not_depend_on_batch_mates(model, tok, rows):
 def test_bucketed_shapes_are_reused(model, tok, rows):
     questions, solutions = rows
     score(model, tok, questions[:4], solutions[:4], batch_size=4)
-    before = verifier._verdict_logprobs._cache_size()
+    before = scoring._end_logprobs._cache_size()
     # Different rows and lengths, same (batch, width) buckets: no new compile.
     score(model, tok, questions[:4], [s + " ok" for s in solutions[:4]], batch_size=4)
     score(model, tok, questions[1:5], solutions[:4], batch_size=4)
-    assert verifier._verdict_logprobs._cache_size() == before
+    assert scoring._end_logprobs._cache_size() == before
 
 
 def test_state_override_scores_other_parameters(model, tok, rows):

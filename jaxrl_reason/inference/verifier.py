@@ -21,8 +21,8 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, verify_prompt
-from jaxrl_reason.models.qwen2 import Qwen2, positions_from_mask
-from jaxrl_reason.sampling.sampler import bucket_length
+from jaxrl_reason.models.qwen2 import Qwen2
+from jaxrl_reason.rl.scoring import token_logprobs_at_end
 
 
 class VerdictIds(NamedTuple):
@@ -79,71 +79,6 @@ def verify_rows(tokenizer, questions: Sequence[str], solutions: Sequence[str], l
     prompts = verify_prompts(tokenizer, questions, solutions)
     targets = np.where(labels.astype(np.float64) > 0.5, ids.yes, ids.no).astype(np.int32)
     return VerifyRows(prompts, targets, ids)
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _verdict_logprobs(graphdef, state, tokens, lengths, ids):
-    """tokens [B, L] left-padded, lengths [B], ids [K] -> log pi(ids | prompt) as [B, K] (float32).
-
-    Left padding puts every prompt's last token in column L-1, so only that column goes through the LM head
-    (a [B, V] matmul instead of [B, L, V])."""
-    model: Qwen2 = nnx.merge(graphdef, state)
-    b, l = tokens.shape
-    mask = (jnp.arange(l)[None, :] >= (l - lengths)[:, None]).astype(jnp.int32)
-    h, _ = model.hidden_states(tokens, positions_from_mask(mask), mask)
-    logits = model.logits_from_hidden(h[:, -1, :])
-    chex.assert_shape(logits, (b, model.config.vocab_size))
-    return jnp.take(jax.nn.log_softmax(logits, axis=-1), ids, axis=-1)
-
-
-def _batch_rows(n: int, batch_size: int) -> int:
-    """Rows per compiled batch: `batch_size`, or the next power of two >= n when everything fits in one batch,
-    so a small call does not pay for a full batch but still reuses a few shapes."""
-    return min(batch_size, bucket_length(n, 1))
-
-
-def token_logprobs_at_end(model: Qwen2, prompts: Sequence[Sequence[int]], token_ids: Sequence[int], *,
-                          batch_size: int = 32, pad_id: int = 0, state=None, max_length: Optional[int] = None,
-                          progress: Optional[Callable[[int, int], None]] = None) -> np.ndarray:
-    """log pi(t | prompt) for each prompt and each t in `token_ids`: float32 [N, len(token_ids)].
-
-    Batches are sorted by length (less padding) and padded to a power-of-two width and a fixed row count, so
-    repeated calls reuse a handful of compiled shapes. A row's value does not depend on its batch mates
-    (padding is masked out of attention). `progress(done, total)` is called after each batch.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    n = len(prompts)
-    limit = model.config.max_position_embeddings if max_length is None else int(max_length)
-    lengths = np.array([len(p) for p in prompts], np.int64)
-    for i, m in enumerate(lengths):
-        if m == 0:
-            raise ValueError(f"verifier input {i} has no tokens; every prompt needs at least one token")
-        if m > limit:
-            raise ValueError(f"verifier input {i} has {m} tokens, more than the limit of {limit} "
-                             f"({'max_length' if max_length is not None else 'the model context'}); shorten its "
-                             "solution (e.g. a lower max_new_tokens when sampling) or raise the limit")
-    ids = jnp.asarray(np.asarray(token_ids, np.int32))
-    out = np.zeros((n, len(token_ids)), np.float32)
-    if n == 0:
-        return out
-    graphdef, own = nnx.split(model)
-    state = own if state is None else state
-    rows = _batch_rows(n, batch_size)
-    order = np.argsort(-lengths, kind="stable")
-    for start in range(0, n, rows):
-        chunk = order[start:start + rows]
-        width = min(bucket_length(int(lengths[chunk].max())), max(limit, 1))
-        tokens = np.full((rows, width), pad_id, np.int32)
-        lens = np.ones((rows,), np.int32)  # filler rows: one pad token, discarded
-        for r, i in enumerate(chunk):
-            tokens[r, width - lengths[i]:] = prompts[i]
-            lens[r] = lengths[i]
-        lp = _verdict_logprobs(graphdef, state, jnp.asarray(tokens), jnp.asarray(lens), ids)
-        out[chunk] = np.asarray(lp)[:len(chunk)]
-        if progress is not None:
-            progress(min(start + rows, n), n)
-    return out
 
 
 def verdict_logprobs(model: Qwen2, tokenizer, questions: Sequence[str], solutions: Sequence[str], *,

@@ -175,7 +175,7 @@ def policy_logprobs(model, params, prompts: Sequence[Sequence[int]], completions
     params -- the module's own weights may be stale. temperature: the sampling temperature, so the recomputed
     pi_old is the tempered policy's, as the sampler's own log-probs are (METHODS.md §1).
     """
-    from jaxrl_reason.train.update import reference_logprobs  # train imports methods; keep the cycle lazy
+    from jaxrl_reason.rl.scoring import reference_logprobs
 
     if len(prompts) != len(completions):
         raise ValueError(f"policy_logprobs got {len(prompts)} prompts and {len(completions)} completions")

@@ -11,7 +11,7 @@ Every per-token field is aligned with the **target** token, i.e. with the token 
                          for the completion token it wrote at that slot
     ref_logprobs[b, t] = same under the frozen reference policy
 
-`losses.next_token_logprobs(logits, tokens)` produces log-probs in this layout (column 0, which has no
+`scoring.next_token_logprobs(logits, tokens)` produces log-probs in this layout (column 0, which has no
 predictor, is 0). Keeping the mask on the target means a sampler's completion tokens and their log-probs are
 copied into the row verbatim, with no off-by-one bookkeeping in the methods.
 

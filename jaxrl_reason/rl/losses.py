@@ -1,4 +1,5 @@
-"""Per-token log-probs, loss terms (PPO clip, KL to a reference, SFT) and the objective that sums them.
+"""Loss terms (PPO clip, KL to a reference, SFT) and the objective that sums them; log-probs come from
+`rl.scoring`.
 
 All tensors follow the TokenBatch shift convention (see `rl/batch.py`): position t of `logprobs`, `loss_mask`,
 `advantages`, `old_logprobs` and `ref_logprobs` refers to the target token `tokens[:, t]`.
@@ -21,10 +22,12 @@ Without `counts` the objective normalises by the batch it is given, i.e. a singl
 
 A GRPO^V step, for instance, is
 
-    terms = (pg_spec(("solve",), aggregation="seq_mean_token_mean"),
+    agg = "seq_mean_token_mean"
+    terms = (pg_spec(("solve",), aggregation=agg),
              sft_spec(("verify",), weight=lam),
-             kl_spec(("solve",), beta=beta))          # beta = 0: no reference forward (needs_reference)
-    loss, metrics = objective(next_token_logprobs(logits, batch.tokens), batch, terms, counts=counts)
+             kl_spec(("solve",), beta=beta, aggregation=agg))   # the KL in the policy term's aggregation;
+                                                                 # beta = 0: no reference forward
+    loss, metrics = objective(scoring.next_token_logprobs(logits, batch.tokens), batch, terms, counts=counts)
 """
 from __future__ import annotations
 
@@ -35,204 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_reason.models.qwen2 import dense
 from jaxrl_reason.rl.batch import TASKS, TokenBatch, task_id, task_name
-
-# ----------------------------------------------------------------------------------------------------------------
-# Log-probs and entropy from logits (float32 math, optionally chunked over time)
-
-
-def _logprob_block(logits, targets):
-    x = logits.astype(jnp.float32)
-    lse = jax.nn.logsumexp(x, axis=-1)
-    tgt = jnp.take_along_axis(x, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    return tgt - lse
-
-
-def _entropy_block(logits):
-    x = logits.astype(jnp.float32)
-    logp = jax.nn.log_softmax(x, axis=-1)
-    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-
-
-def _logprob_entropy_block(logits, targets):
-    """Both from one log-sum-exp: H = lse - sum(p * x) with p = exp(x - lse), so the vocabulary is exponentiated
-    once instead of three times (log-sum-exp, log-softmax, exp). The entropy's gradient is stopped."""
-    x = logits.astype(jnp.float32)
-    lse = jax.nn.logsumexp(x, axis=-1)
-    tgt = jnp.take_along_axis(x, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    xs = jax.lax.stop_gradient(x)
-    p = jnp.exp(xs - jax.lax.stop_gradient(lse)[..., None])
-    entropy = jax.lax.stop_gradient(lse) - jnp.sum(p * xs, axis=-1)
-    return tgt - lse, entropy
-
-
-def _chunked_over_time(block_fn, arrays, chunk_size: Optional[int]):
-    """Applies `block_fn(*time_slices) -> [B, c] or tuple` over time chunks of `arrays` (all [B, T, ...]).
-
-    Each chunk is rematerialised in the backward pass (jax.checkpoint), so the float32 [B, chunk, V] softmax is
-    the only large temporary, instead of a float32 copy of the whole [B, T, V] logits per saved residual.
-    """
-    B, T = arrays[0].shape[:2]
-    if chunk_size is None or chunk_size >= T:
-        return block_fn(*arrays)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
-    n_full = T // chunk_size
-    body = jax.checkpoint(block_fn)
-
-    def step(_, i):
-        start = i * chunk_size
-        return None, body(*[jax.lax.dynamic_slice_in_dim(a, start, chunk_size, axis=1) for a in arrays])
-
-    _, out = jax.lax.scan(step, None, jnp.arange(n_full))
-    # out leaves: [n_full, B, chunk] -> [B, n_full * chunk]
-    merge = lambda o: jnp.moveaxis(o, 0, 1).reshape(B, n_full * chunk_size)
-    out = jax.tree.map(merge, out)
-    if n_full * chunk_size < T:
-        tail = body(*[a[:, n_full * chunk_size:] for a in arrays])
-        out = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), out, tail)
-    return out
-
-
-def token_logprobs(logits: jax.Array, targets: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
-    """log softmax(logits[b, t])[targets[b, t]] in float32, whatever the logits dtype.
-
-    logits: [batch, time, vocab] (bf16 or f32);  targets: int [batch, time]  ->  float32 [batch, time].
-    No shift is applied; see `next_token_logprobs` for the TokenBatch layout.
-    """
-    chex.assert_rank(logits, 3)
-    chex.assert_shape(targets, logits.shape[:2])
-    return _chunked_over_time(_logprob_block, (logits, targets), chunk_size)
-
-
-def token_entropy(logits: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
-    """Entropy of softmax(logits[b, t]) in float32: [batch, time, vocab] -> [batch, time]. A metric only."""
-    chex.assert_rank(logits, 3)
-    return _chunked_over_time(_entropy_block, (logits,), chunk_size)
-
-
-def next_token_targets(tokens: jax.Array) -> jax.Array:
-    """targets[:, t] = tokens[:, t + 1] (last column 0): what logits[:, t] predicts."""
-    chex.assert_rank(tokens, 2)
-    return jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
-
-
-def align_to_targets(x: jax.Array) -> jax.Array:
-    """Moves a per-*predictor* [B, T] array to the TokenBatch per-*target* layout: out[:, t] = x[:, t - 1]."""
-    chex.assert_rank(x, 2)
-    return jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
-
-
-def next_token_logprobs(logits: jax.Array, tokens: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
-    """Log-probs in TokenBatch layout: out[:, t] = log p(tokens[:, t] | tokens[:, :t]); out[:, 0] = 0.
-
-    The shift happens on the int targets and the [B, T] result, never on the [B, T, V] logits (no copy).
-    Across a packed-segment boundary the value is meaningless, and the loss mask is 0 there by construction.
-    """
-    return align_to_targets(token_logprobs(logits, next_token_targets(tokens), chunk_size=chunk_size))
-
-
-def next_token_entropy(logits: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
-    """Entropy of the distribution each target token was drawn from, in TokenBatch layout."""
-    return align_to_targets(token_entropy(logits, chunk_size=chunk_size))
-
-
-def token_logprobs_from_hidden(
-    hidden: jax.Array,
-    unembedding: jax.Array,
-    targets: jax.Array,
-    *,
-    chunk_size: Optional[int] = None,
-    with_entropy: bool = False,
-    temperature: Optional[jax.Array] = None,
-):
-    """Like `token_logprobs`, from final hidden states, without ever holding the full [B, T, V] logits.
-
-    hidden: [batch, time, d_model];  unembedding: [d_model, vocab] (for tied embeddings pass `embedding.T`);
-    targets: int [batch, time]. The matmul accumulates in float32. Returns float32 [batch, time] log-probs, and
-    the entropy (gradient stopped, a metric) when `with_entropy`.
-    temperature: optional float32 [batch, time] (> 0): scores log-softmax(logits / temperature), the tempered
-    policy a sampler at that temperature draws from (the convention of METHODS.md §1, as verl's).
-    """
-    chex.assert_rank(hidden, 3)
-    chex.assert_rank(unembedding, 2)
-    chex.assert_shape(targets, hidden.shape[:2])
-    if unembedding.shape[0] != hidden.shape[-1]:
-        raise ValueError(
-            f"unembedding has shape {unembedding.shape}; expected [d_model={hidden.shape[-1]}, vocab] "
-            "(transpose a [vocab, d_model] embedding table)"
-        )
-
-    def block(h, t, *temp):
-        logits = dense(h, unembedding, preferred_element_type=jnp.float32)  # 2-D matmul: a faster backward
-        if temp:
-            logits = logits / temp[0][..., None]
-        if with_entropy:
-            return _logprob_entropy_block(logits, t)
-        return _logprob_block(logits, t)
-
-    arrays = (hidden, targets) if temperature is None else (hidden, targets, temperature.astype(jnp.float32))
-    if temperature is not None:
-        chex.assert_shape(temperature, hidden.shape[:2])
-    return _chunked_over_time(block, arrays, chunk_size)
-
-
-def selected_token_logprobs_from_hidden(
-    hidden: jax.Array,
-    unembedding: jax.Array,
-    targets: jax.Array,
-    selected: jax.Array,
-    *,
-    size: int,
-    groups: int = 1,
-    chunk_size: Optional[int] = None,
-    with_entropy: bool = False,
-    temperature: Optional[jax.Array] = None,
-):
-    """`token_logprobs_from_hidden` at the `selected` positions only; 0 elsewhere.
-
-    The vocabulary projection is the largest matmul of a small model's step, and most rows train on only part of
-    their positions (a verify row on one "Yes"/"No" token after a long prompt; a solve row on its completion), so
-    the head runs on the gathered hidden states of the selected positions and its result is scattered back.
-
-    hidden: [batch, time, d_model]; targets, selected (bool): [batch, time]. Rows are split into `groups`
-    contiguous groups (one per batch shard on a mesh, so the gather never crosses devices), and `size` is the
-    static number of positions gathered per group: it must be >= the number selected in every group. Returns
-    (log-probs [batch, time], entropy or None, fits): `fits` is False when some group selected more than `size`
-    positions -- the values past `size` are then missing, and callers must refuse the result.
-    """
-    chex.assert_rank(hidden, 3)
-    chex.assert_shape([targets, selected], hidden.shape[:2])
-    B, T, D = hidden.shape
-    if groups < 1 or B % groups:
-        raise ValueError(f"{B} rows do not split into groups={groups}; pad rows to a multiple of {groups}")
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    n = B // groups * T
-    h, t, sel = hidden.reshape(groups, n, D), targets.reshape(groups, n), selected.reshape(groups, n)
-    # Slots past a group's count hold index n: clipped (harmlessly) when gathering, dropped when scattering back.
-    idx = jax.vmap(lambda m: jnp.nonzero(m, size=size, fill_value=n)[0])(sel)  # [groups, size]
-    fits = jnp.all(jnp.sum(sel, axis=1) <= size)
-    read = jnp.minimum(idx, n - 1)
-    hs = jnp.take_along_axis(h, read[..., None], axis=1)  # [groups, size, D]
-    ts = jnp.take_along_axis(t, read, axis=1)
-    temps = None
-    if temperature is not None:
-        chex.assert_shape(temperature, (B, T))
-        temps = jnp.take_along_axis(temperature.reshape(groups, n), read, axis=1)
-    out = token_logprobs_from_hidden(hs, unembedding, ts, chunk_size=chunk_size, with_entropy=with_entropy,
-                                     temperature=temps)
-    rows = jnp.arange(groups)[:, None]
-
-    def scatter(v):
-        return jnp.zeros((groups, n), v.dtype).at[rows, idx].set(v, mode="drop").reshape(B, T)
-
-    if with_entropy:
-        lp, ent = out
-        return scatter(lp), scatter(ent), fits
-    return scatter(out), None, fits
-
 
 # ----------------------------------------------------------------------------------------------------------------
 # Aggregation: per-token weights (micro-batch local) and denominators (global counts)
@@ -388,7 +194,9 @@ def ppo_clip_per_token(
     adv = jnp.where(valid, advantages, 0.0)
     unclipped = -adv * ratio
     clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    loss = jnp.maximum(unclipped, clipped)
+    # max(unclipped, clipped) by an explicit branch: at a ratio exactly on a clip point where the loss is smooth,
+    # jnp.maximum's and jnp.clip's tie rules would each halve the gradient (3/4 of -A r in all).
+    loss = jnp.where(clipped > unclipped, clipped, unclipped)
     stats = {
         "clip_frac_low": ((adv < 0) & (ratio < 1.0 - eps_low)).astype(jnp.float32),
         "clip_frac_high": ((adv > 0) & (ratio > 1.0 + eps_high)).astype(jnp.float32),
@@ -398,7 +206,7 @@ def ppo_clip_per_token(
     if dual_clip is not None:
         cap = -adv * dual_clip
         capped = (adv < 0) & (loss > cap)
-        loss = jnp.where(adv < 0, jnp.minimum(loss, cap), loss)
+        loss = jnp.where(capped, cap, loss)
         stats["dual_clip_frac"] = capped.astype(jnp.float32)
     stats = {k: jax.lax.stop_gradient(v) for k, v in stats.items()}
     return loss, stats
@@ -597,15 +405,6 @@ def scoring_temperatures(terms: Sequence[TermSpec], temperature: float) -> tuple
     return tuple(float(temperature) if i in sampled else 1.0 for i in range(max(TASKS.values()) + 1))
 
 
-def row_temperatures(task_ids: jax.Array, temperatures: Optional[Sequence[float]]) -> Optional[jax.Array]:
-    """float32 [B]: each row's scoring temperature from its task id (filler rows: 1). None when all are 1."""
-    if temperatures is None or all(t == 1.0 for t in temperatures):
-        return None
-    table = jnp.asarray(temperatures, jnp.float32)
-    ids = jnp.asarray(task_ids, jnp.int32)
-    return jnp.where((ids >= 0) & (ids < table.shape[0]), table[jnp.clip(ids, 0, table.shape[0] - 1)], 1.0)
-
-
 def _check_terms(terms):
     if not isinstance(terms, tuple) or not all(isinstance(t, TermSpec) for t in terms):
         raise TypeError("terms must be a tuple of TermSpec (build them with pg_spec / kl_spec / sft_spec)")
@@ -636,7 +435,7 @@ def objective(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """loss = sum_k weight_k * num_k / den_k over the active terms, and metrics.
 
-    logprobs: float32 [batch, time] in TokenBatch layout (`next_token_logprobs`).
+    logprobs: float32 [batch, time] in TokenBatch layout (`rl.scoring.next_token_logprobs`).
     terms:    static tuple of TermSpec.
     counts:   `batch_counts(full_batch)` when `batch` is a micro-batch (see the module docstring); default: the
               counts of `batch` itself.

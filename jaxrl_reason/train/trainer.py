@@ -37,7 +37,8 @@ from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
 from jaxrl_reason.train.metrics import MetricsWriter, progress_bar
 from jaxrl_reason.train.state import TrainState, init_state, make_optimizer
-from jaxrl_reason.train.update import make_update, reference_logprobs
+from jaxrl_reason.rl.scoring import reference_logprobs
+from jaxrl_reason.train.update import make_update
 
 
 class NonFiniteLossError(FloatingPointError):

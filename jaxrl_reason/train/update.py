@@ -10,13 +10,12 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from jaxrl_reason.rl.batch import TASKS, TokenBatch, stack_micro_batches
+from jaxrl_reason.rl.batch import TokenBatch, stack_micro_batches
+from jaxrl_reason.rl.losses import (TermSpec, batch_counts, counts_metrics, finite_flags, objective, safe_divide,
+                                    scoring_temperatures, tree_is_finite)
 from jaxrl_reason.rl.prefix import SharedPrefixBatch
 from jaxrl_reason.rl.prefix import stack_micro_batches as stack_shared_micro_batches
-from jaxrl_reason.rl.losses import (TermSpec, align_to_targets, batch_counts, counts_metrics, finite_flags,
-                                    next_token_targets, objective, row_temperatures, safe_divide,
-                                    scoring_temperatures, selected_token_logprobs_from_hidden,
-                                    token_logprobs_from_hidden, tree_is_finite)
+from jaxrl_reason.rl.scoring import model_logprobs
 
 
 class UpdateOutput(NamedTuple):
@@ -24,55 +23,6 @@ class UpdateOutput(NamedTuple):
     opt_state: object
     metrics: dict
     finite: dict  # {term: bool}, plus "grads" and "scored_positions"; the update was applied only if all are True
-
-
-def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, chunk_size: Optional[int] = None,
-                   scored: Optional[int] = None, row_groups: int = 1,
-                   temperature: float | tuple[float, ...] = 1.0):
-    """Per-token log-probs and entropy in TokenBatch layout, from final hidden states, never materialising more
-    than a `chunk_size` slice of the [B, T, V] logits. Returns (log-probs, entropy, fits).
-
-    scored: None runs the LM head at every position; an int runs it only at the positions whose target is trained
-    (loss_mask != 0), at most `scored` of them per group of `row_groups` contiguous row blocks (see
-    `rl.batch.scored_size`); the other positions read 0, which no loss term looks at. `fits` is False when a group
-    had more trained positions than `scored`. For a `SharedPrefixBatch` the layout is that of `batch.rows`.
-    temperature: a float for every row, or one per task id (`rl.losses.scoring_temperatures`): log-probs are
-    log-softmax(logits / T), the tempered policy the rows were sampled from."""
-    model = nnx.merge(graphdef, params)
-    if isinstance(batch, SharedPrefixBatch):
-        h, batch = _shared_prefix_hidden(model, batch), batch.rows
-    else:
-        h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
-    if model.lm_head is None:
-        w = model.embed_tokens.weight[...].astype(h.dtype).T
-    else:
-        w = model.lm_head.kernel[...].astype(h.dtype)
-    targets = next_token_targets(batch.tokens)
-    table = (temperature,) * len(TASKS) if isinstance(temperature, (int, float)) else temperature
-    row_t = row_temperatures(batch.task_id, table)
-    # A predictor at t - 1 scores the target at t, in the same row: the row's temperature covers both.
-    temp = None if row_t is None else jnp.broadcast_to(row_t[:, None], targets.shape)
-    if scored is None:
-        lp, ent = token_logprobs_from_hidden(h, w, targets, chunk_size=chunk_size, with_entropy=True,
-                                             temperature=temp)
-        fits = jnp.array(True)
-    else:
-        # the predictor of target t sits at t - 1
-        predicts_trained = next_token_targets((batch.loss_mask != 0).astype(jnp.int32)) != 0
-        lp, ent, fits = selected_token_logprobs_from_hidden(h, w, targets, predicts_trained, size=scored,
-                                                            groups=row_groups, chunk_size=chunk_size,
-                                                            with_entropy=True, temperature=temp)
-    return align_to_targets(lp), align_to_targets(ent), fits
-
-
-def _shared_prefix_hidden(model, batch: SharedPrefixBatch):
-    """Hidden states [rows, 1 + suffix_time, H] of `batch.rows`; column 0's is its prefix's last one."""
-    rows = batch.rows
-    h_prefix, h_suffix = model.shared_prefix_hidden_states(
-        batch.prefix_tokens, batch.prefix_positions, batch.prefix_valid, batch.prefix_index,
-        rows.tokens[:, 1:], rows.positions[:, 1:], rows.segment_ids[:, 1:] != 0)
-    last = jnp.maximum(batch.prefix_valid.sum(axis=-1) - 1, 0)[batch.prefix_index]
-    return jnp.concatenate([h_prefix[batch.prefix_index, last][:, None], h_suffix], axis=1)
 
 
 def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups, temperatures):
@@ -168,15 +118,3 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         return UpdateOutput(keep(new_params, params), keep(new_opt, opt_state), metrics, flags)
 
     return update
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size", "scored", "temperature"))
-def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, chunk_size: Optional[int] = None,
-                       scored: Optional[int] = None, temperature: float | tuple[float, ...] = 1.0):
-    """log-probs of the batch's tokens under frozen `params` (TokenBatch layout; `batch.rows`' for a
-    SharedPrefixBatch), for the KL term or a recomputed pi_old. scored: as in `make_update` -- the LM head only at
-    trained positions (0 elsewhere); an undersized `scored` gives NaN everywhere, which the update then refuses as
-    a non-finite KL. temperature: as in `model_logprobs` (the update's `scoring_temperatures` for the KL)."""
-    lp, _, fits = model_logprobs(graphdef, params, batch, chunk_size=chunk_size, scored=scored,
-                                 temperature=temperature)
-    return jnp.where(fits, lp, jnp.nan)
