@@ -30,7 +30,8 @@ PROMPT, COMPLETION, QUESTION, ROWS = 16, 64, 16, 32
 
 
 def rlv_batch(vocab, seed=0):
-    from jaxrl_reason.rl.batch import build_token_batch, concat_batches, length_bucket
+    from jaxrl_reason.buckets import length_bucket
+    from jaxrl_reason.rl.batch import build_token_batch, concat_batches
 
     rng = np.random.default_rng(seed)
     length = length_bucket(PROMPT + COMPLETION + QUESTION + 1)  # one shape for both row kinds

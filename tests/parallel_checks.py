@@ -25,7 +25,7 @@ from jaxrl_reason.parallel.mesh import batch_shards, make_mesh  # noqa: E402
 from jaxrl_reason.rl.batch import build_token_batch, scored_size  # noqa: E402
 from jaxrl_reason.rl.losses import pg_spec  # noqa: E402
 from jaxrl_reason.train.state import TrainState, make_optimizer  # noqa: E402
-from jaxrl_reason.train.update import make_update  # noqa: E402
+from jaxrl_reason.train.update import make_sharded_update, make_update  # noqa: E402
 
 CFG = ModelConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False, rope_theta=10000.0)
@@ -83,7 +83,7 @@ def sharded_update(shape, batch, cfg=CFG):
         opt = optimizer()
         params = rules.shard_params(params, mesh)
         opt_state = rules.init_opt_state(opt, params, mesh)
-        update, ps, os_, bs = rules.make_sharded_update(graphdef, opt, TERMS, mesh, params, opt_state, batch)
+        update, ps, os_, bs = make_sharded_update(graphdef, opt, TERMS, mesh, params, opt_state, batch)
         _UPDATES[shape, cfg] = (mesh, update, bs,
                                 update.lower(params, opt_state, rules.shard_tree(batch, bs)).compile())
     return _UPDATES[shape, cfg]

@@ -38,6 +38,7 @@ def run(out_dir: str):
 
     from parallel_checks import CFG, TERMS, optimizer, toy_batch  # same toy model and batch as the 8-device run
     from jaxrl_reason.models.qwen2 import init_model
+    from jaxrl_reason.train.update import make_sharded_update
 
     mesh = pmesh.make_mesh(MESH)
     graphdef, params = nnx.split(init_model(CFG, seed=0))  # same seed in every process: identical host values
@@ -46,7 +47,7 @@ def run(out_dir: str):
     opt_state = rules.init_opt_state(opt, params, mesh)
     rows = pmesh.process_rows(GLOBAL_ROWS, mesh)
     # No batch example: the batch layout is one row-split sharding, whatever the (bucketed) shapes.
-    update, *_ = rules.make_sharded_update(graphdef, opt, TERMS, mesh, params, opt_state)
+    update, *_ = make_sharded_update(graphdef, opt, TERMS, mesh, params, opt_state)
     history = []
     for step in range(STEPS):
         # Stand-in for a data loader that reads only this process's rows.

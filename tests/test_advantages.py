@@ -117,33 +117,11 @@ def test_bad_inputs_name_the_problem():
         adv.rloo(np.ones((4,)))
 
 
-def test_informative_groups_and_refill():
+def test_zero_signal_groups_decide_dynamic_sampling():
     rewards = np.array([[1, 1], [0, 1], [0, 0]], np.float32)
-    np.testing.assert_array_equal(adv.informative_groups(rewards), [False, True, False])
-    pool = np.array([[1, 1], [1, 0], [0, 0], [0, 1]], np.float32)
-    plan = adv.refill(rewards, None, pool)
-    np.testing.assert_array_equal(plan.source, [1, 0, 1])
-    np.testing.assert_array_equal(plan.index, [1, 1, 3])
-    assert plan.missing == 0 and plan.pool_used == 2
-    np.testing.assert_array_equal(adv.apply_refill(plan, rewards, pool), [[1, 0], [0, 1], [0, 1]])
-    # The plan gathers any per-group array, e.g. ids of the prompts that were sampled.
-    np.testing.assert_array_equal(adv.apply_refill(plan, np.array([10, 11, 12]), np.array([20, 21, 22, 23])),
-                                  [21, 11, 23])
-
-
-def test_refill_short_pool_reports_missing_then_completes():
-    rewards = np.array([[1, 1, 0], [0, 0, 0], [1, 1, 1]], np.float32)
-    valid = np.array([[1, 1, 0], [1, 1, 1], [1, 1, 1]], bool)  # group 0 is {1, 1}: no signal
-    pool = np.array([[1, 0, 5], [1, 1, 1]], np.float32)
-    pool_valid = np.array([[1, 1, 0], [1, 1, 1]], bool)
-    plan = adv.refill(rewards, valid, pool, pool_valid)
-    assert plan.missing == 2 and plan.pool_used == 1
-    np.testing.assert_array_equal(plan.source, [1, 0, 0])
-    r2 = adv.apply_refill(plan, rewards, pool)
-    v2 = adv.apply_refill(plan, valid, pool_valid)
-    plan2 = adv.refill(r2, v2, np.array([[0, 1, 1], [0, 0, 1]], np.float32))
-    assert plan2.missing == 0
-    r3 = adv.apply_refill(plan2, r2, np.array([[0, 1, 1], [0, 0, 1]], np.float32))
-    assert adv.informative_groups(r3, adv.apply_refill(plan2, v2, np.ones((2, 3), bool))).all()
-    with pytest.raises(ValueError, match="same group width"):
-        adv.refill(rewards, valid, np.ones((2, 4), np.float32))
+    np.testing.assert_array_equal(np.asarray(adv.zero_signal_groups(rewards)), [True, False, True])
+    # a group of one valid member, or equal valid members, carries no signal whatever its padding holds
+    valid = np.array([[1, 0], [1, 1], [1, 1]], bool)
+    np.testing.assert_array_equal(np.asarray(adv.zero_signal_groups(np.array([[1, 0], [2, 2], [0, 5]]), valid)),
+                                  [True, True, False])
+    assert np.asarray(adv.zero_signal_groups(np.array([[0.0, 0.1]]), atol=0.2)).all()

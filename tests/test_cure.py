@@ -3,6 +3,7 @@ critique advantages, pi_old recomputation, and test-time self-refinement.
 
 The method is driven by a scripted sampler (critiques, hints and guided solutions whose correctness the test
 chooses) and a tiny real model for the log-prob recomputation and the update."""
+import dataclasses
 import os
 import sys
 
@@ -20,11 +21,14 @@ from jaxrl_reason.inference.refine import (NOT_CRITIQUED, VERDICT_ERROR, VERDICT
                                            verdict_scores)
 from jaxrl_reason.methods import make_method
 from jaxrl_reason.methods.base import Context, Rollouts
-from jaxrl_reason.methods.cure import (CURE, critique_rest_advantage, policy_logprobs, replay_group_advantages,
-                                       select_critique_rows)
+from jaxrl_reason.methods.cure import (CURE, CURE_TASKS, PAPER_LOSS, critique_pools, critique_rest_advantage,
+                                       replay_group_advantages, replay_members, select_critique_rows)
+from jaxrl_reason.methods.grpo import PolicyLossConfig
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rl.batch import PAD_TASK_ID, TASKS
-from jaxrl_reason.sampling.sampler import SampleOutput, sequence_logprobs
+from jaxrl_reason.rl.losses import objective
+from jaxrl_reason.rl.scoring import completion_logprobs
+from jaxrl_reason.sampling.sampler import SampleOutput
 from jaxrl_reason.train.update import make_update
 
 from tiny import ARITH, tiny_model  # noqa: E402
@@ -34,6 +38,8 @@ M = 4
 C = 3.0  # critique_advantage_scale; not 2, so the rest's advantage differs from the verdict's +1
 # Solve rewards, Q=4 x K=4: zero-pass, partial (0.25), partial (0.75), solved (outside the [0, 0.9] range).
 REWARDS = np.array([[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], np.float32)
+# The hard regime CURE targets: one zero-pass and one fully solved query, no mixed group at all.
+HARD = np.array([[0, 0, 0, 0], [1, 1, 1, 1]], np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -55,20 +61,20 @@ def reward(texts, examples):
     return RewardResult(np.array(["RIGHT" in t for t in texts], np.float32), [{}] * len(texts))
 
 
-def solve_text(q, s):
-    return f"attempt q{q}s{s} " + ("RIGHT" if REWARDS[q, s] else "WRONG")
+def solve_text(q, s, rewards=REWARDS):
+    return f"attempt q{q}s{s} " + ("RIGHT" if rewards[q, s] else "WRONG")
 
 
 class ScriptedSampler:
     """Stands in for ctx.sample: answers critique prompts with a four-field critique (a short hint when the
-    critiqued attempt is q0s3), guided prompts with M solutions of which the even-numbered are right."""
+    critiqued attempt is q0s0), guided prompts with M solutions of which the even-numbered are right."""
 
     def __init__(self, tok):
         self.tok, self.calls = tok, []
 
     def respond(self, prompt_text, s):
         if "Find the earliest error" in prompt_text:
-            hint = "add carefully" if "attempt q0s3" in prompt_text else HINT
+            hint = "add carefully" if "attempt q0s0" in prompt_text else HINT
             return f"ERROR_QUOTE: 3 + 4 = 8\nWHY_IT_MATTERS: the sum is off\nHIGH_LEVEL_HINT: {hint}"
         if "Guidance for solving" in prompt_text:
             return "fresh RIGHT sum" if s % 2 == 0 else "fresh WRONG sum"
@@ -89,25 +95,36 @@ class ScriptedSampler:
                             np.repeat(np.arange(len(prompts), dtype=np.int32), num_samples))
 
 
-def make_rollouts(tok):
-    ex = arithmetic_examples(REWARDS.shape[0], seed=5, config=ARITH)
-    q, k = REWARDS.shape
+def make_rollouts(tok, rewards=REWARDS):
+    ex = arithmetic_examples(rewards.shape[0], seed=5, config=ARITH)
+    q, k = rewards.shape
     prompts = [tok.encode(tok.render_prompt(solve_prompt(e.question))) for e in ex]
-    texts = [solve_text(i // k, i % k) for i in range(q * k)]
+    texts = [solve_text(i // k, i % k, rewards) for i in range(q * k)]
     comps = [tok.encode(t) + [tok.eos_id] for t in texts]
-    return Rollouts(ex, prompts, comps, [np.full(len(c), -0.5, np.float32) for c in comps], texts, REWARDS.copy(),
+    return Rollouts(ex, prompts, comps, [np.full(len(c), -0.5, np.float32) for c in comps], texts, rewards.copy(),
                     ["eos"] * (q * k), [{}] * (q * k))
 
 
-@pytest.fixture(scope="module")
-def built(tokenizer, model):
-    """One CURE build on the scripted step: (method, rollouts, sampler, batch, metrics)."""
-    method = CURE("grpo", guided_samples=M, critique_advantage_scale=C, critique_max_new_tokens=64)
-    ro = make_rollouts(tokenizer)
+def build_once(tokenizer, model, rewards, **knobs):
+    method = CURE("grpo", guided_samples=M, critique_advantage_scale=C, critique_max_new_tokens=64, **knobs)
+    ro = make_rollouts(tokenizer, rewards)
     sampler = ScriptedSampler(tokenizer)
     ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id, model, nnx.state(model))
     batch, metrics = method.build(ro, ctx)
     return method, ro, sampler, batch, metrics
+
+
+@pytest.fixture(scope="module")
+def built(tokenizer, model):
+    """One CURE build on the scripted step (default critique batch: 16 / 2 = 8): (method, rollouts, sampler,
+    batch, metrics)."""
+    return build_once(tokenizer, model, REWARDS)
+
+
+@pytest.fixture(scope="module")
+def hard_built(tokenizer, model):
+    """A build on the hard regime, a critique batch of 8: q0's four wrong samples and four of q1's right ones."""
+    return build_once(tokenizer, model, HARD, critique_batch_size=8)
 
 
 def rows_of(batch, task):
@@ -142,29 +159,126 @@ def test_replay_group_advantages_by_hand():
 
 def test_critique_rest_advantage_by_hand():
     assert critique_rest_advantage([1, 0, 1, 1], 0.25, scale=2.0, format_penalty=0.0) == pytest.approx(1.0)
-    assert critique_rest_advantage([0, 0, 0, 0], 0.5, scale=2.0, format_penalty=-0.25) == pytest.approx(-1.25)
+    # the penalty is part of the critique's reward, inside the scale: 2 * (g + pen - acc), as the authors' code
+    assert critique_rest_advantage([1, 0, 1, 1], 0.25, scale=2.0, format_penalty=-0.25) == pytest.approx(0.5)
+    assert critique_rest_advantage([0, 0, 0, 0], 0.5, scale=2.0, format_penalty=-0.75) == pytest.approx(-2.5)
     assert critique_rest_advantage(None, 0.5, scale=2.0, format_penalty=-0.5) == -0.5  # a correct sample's
+    assert critique_rest_advantage(None, 0.5, scale=2.0, format_penalty=0.0) == 0.0
     with pytest.raises(ValueError, match="guided"):
         critique_rest_advantage([], 0.0, scale=2.0, format_penalty=0.0)
 
 
-def test_select_critique_rows_balanced_and_in_range():
+def _split(rewards, idx):
+    """(wrong rows, correct rows, queries) of a selection."""
+    correct = np.asarray(rewards).reshape(-1)[idx] > 0.5
+    return idx[~correct], idx[correct], idx // np.asarray(rewards).shape[1]
+
+
+def test_critique_pools_by_hand():
+    p = critique_pools(REWARDS, (0.0, 0.9))
+    assert p.pairs.tolist() == [[5, 4], [11, 8]]  # (first wrong, first correct) of q1 and of q2
+    assert p.zero_heads.tolist() == [0] and p.zero_rest.tolist() == [1, 2, 3]
+    assert p.mixed_wrong.tolist() == [6, 7] and p.mixed_correct.tolist() == [9, 10]
+    assert p.solved.tolist() == [12, 13, 14, 15]  # solved queries are a pool of their own, whatever the interval
+    # the interval selects mixed queries only: q2 (0.75) leaves; zero-pass and solved pools stay
+    p = critique_pools(REWARDS, (0.0, 0.5))
+    assert p.pairs.tolist() == [[5, 4]] and p.zero_heads.tolist() == [0] and len(p.solved) == 4
+
+
+def test_select_fills_a_fixed_batch_half_wrong_half_right_in_the_authors_order():
     rng = np.random.default_rng(0)
-    idx = select_critique_rows(REWARDS, (0.0, 0.9), rng)
-    q = idx // 4
-    correct = REWARDS.reshape(-1)[idx] > 0.5
-    assert not np.any(q == 3)  # the solved query is outside [0, 0.9]
-    assert correct.sum() == (~correct).sum() == 4  # 4 correct candidates, 8 wrong -> 4 + 4
-    assert np.all(q[~correct] == 0)  # low_acc priority: wrong samples of the zero-pass query first
-    for seed in range(5):  # random priority: still balanced and in range, wrong ones from anywhere in range
-        idx = select_critique_rows(REWARDS, (0.0, 0.9), np.random.default_rng(seed), priority="random")
-        c = REWARDS.reshape(-1)[idx] > 0.5
-        assert c.sum() == (~c).sum() == 4 and np.all(idx // 4 <= 2)
-    assert len(select_critique_rows(REWARDS, (0.0, 0.0), rng)) == 0  # only zero-pass: no correct sample
-    assert len(select_critique_rows(REWARDS, (0.0, 0.0), rng, balance="none")) == 4
-    assert len(select_critique_rows(REWARDS, (0.0, 0.9), rng, max_rows=2)) == 2
-    with pytest.raises(ValueError, match="critique_balance"):
-        select_critique_rows(REWARDS, (0.0, 0.9), rng, balance="oversample")
+    for seed in range(4):
+        idx = select_critique_rows(REWARDS, (0.0, 0.9), 8, np.random.default_rng(seed))
+        wrong, right, _ = _split(REWARDS, idx)
+        assert len(idx) == 8 and len(wrong) == len(right) == 4
+        # the pairs, the zero-pass head, one of q1's other wrong samples (the floor keeps room for q0: 1 of 8)
+        assert {5, 11, 0} <= set(wrong.tolist()) and len(set(wrong.tolist()) & {6, 7}) == 1
+        assert sorted(right.tolist()) == [4, 8, 9, 10]  # mixed correct samples suffice: no solved one
+    idx = select_critique_rows(REWARDS, (0.0, 0.9), 12, rng)
+    wrong, right, q = _split(REWARDS, idx)
+    assert len(wrong) == len(right) == 6
+    assert {0, 5, 11, 6, 7} <= set(wrong.tolist()) and np.sum(q[np.isin(idx, wrong)] == 0) == 2  # + one more q0
+    assert {4, 8, 9, 10} <= set(right.tolist()) and np.sum(q == 3) == 2  # mixed ones ran short: solved fill
+
+
+def test_hard_batch_still_yields_critiques():
+    # zero-pass + fully solved only: the earlier 1:1 balance inside [0, 0.9] gave no critique at all
+    for seed in range(4):
+        idx = select_critique_rows(HARD, (0.0, 0.9), 4, np.random.default_rng(seed))
+        wrong, right, _ = _split(HARD, idx)
+        assert len(wrong) == len(right) == 2 and 0 in wrong and np.all(right >= 4)
+
+
+def test_short_pools_repeat_samples_and_the_zero_pass_floor():
+    rng = np.random.default_rng(0)
+    idx = select_critique_rows(np.array([[0, 0], [1, 1]]), (0.0, 0.9), 8, rng)
+    # every sample of a pool, then random repeats: the batch keeps its size
+    assert idx[:4].tolist() == [0, 1, 1, 1] and sorted(set(idx[4:].tolist())) == [2, 3] and len(idx) == 8
+    # no correct sample anywhere: the wrong half only (the right half cannot be filled)
+    idx = select_critique_rows(np.zeros((2, 4)), (0.0, 0.9), 8, rng)
+    assert len(idx) == 4 and {0, 4} <= set(idx.tolist())
+    # no zero-pass query: the slots kept for zero-pass samples go to mixed wrong ones (our top-up)
+    idx = select_critique_rows(np.array([[1, 0, 0, 0], [1, 0, 0, 0]]), (0.0, 0.9), 8, rng)
+    wrong, right, _ = _split(np.array([[1, 0, 0, 0], [1, 0, 0, 0]]), idx)
+    assert len(wrong) == len(right) == 4 and len(set(wrong.tolist())) == 4 and sorted(set(right.tolist())) == [0, 4]
+    # the floor: mixed wrong samples leave room for zero-pass ones (2 of 16 by default; at 0.5, every wrong slot
+    # left after the pairs)
+    rewards = np.array([[0, 0, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]])
+    for floor, zero_rows in ((0.125, 2), (0.5, 5)):
+        idx = select_critique_rows(rewards, (0.0, 0.9), 16, rng, zero_pass_floor=floor)
+        wrong, right, _ = _split(rewards, idx)
+        assert len(wrong) == len(right) == 8 and np.sum(idx // 4 == 0) == zero_rows  # 3 pair wrongs + 5
+    assert len(select_critique_rows(REWARDS, (0.0, 0.9), 0, rng)) == 0
+    with pytest.raises(ValueError, match="critique_zero_pass_floor"):
+        select_critique_rows(REWARDS, (0.0, 0.9), 8, rng, zero_pass_floor=2.0)
+
+
+def test_replay_is_capped_at_the_group_size():
+    # four critiques of a zero-pass group of 4, every guided solution right: 16 successes
+    ok = np.ones((4, M), bool)
+    uncapped = replay_members([0, 0, 0, 0], ok, np.array([True]), None)
+    capped = replay_members([0, 0, 0, 0], ok, np.array([True]), 4)
+    assert len(uncapped[0]) == 16 and capped[0] == [(0, 0), (0, 1), (0, 2), (0, 3)]  # in critique order
+    assert replay_members([0], ok[:1], np.array([False]), 4) == [[]]  # outside the replay range
+    # the old wrong answers: -0.94 with the cap, -1.95 without; each replay +0.94 instead of +0.49
+    a = replay_group_advantages(np.zeros((1, 4)), [[1.0] * 4], "grpo")
+    np.testing.assert_allclose([a.base[0, 0], a.replay[0][0]], [-0.935, 0.935], atol=1e-3)
+    a = replay_group_advantages(np.zeros((1, 4)), [[1.0] * 16], "grpo")
+    np.testing.assert_allclose([a.base[0, 0], a.replay[0][0]], [-1.949, 0.487], atol=1e-3)
+
+
+def test_terms_kl_is_aggregated_as_each_policy_term():
+    loss = PolicyLossConfig(aggregation="seq_mean_token_sum_norm", max_len=32, beta=0.1)
+    terms = {t.name: t for t in CURE(loss=loss, critique_weight=0.5).terms()}
+    assert list(terms) == ["pg", "critique", "guided_solve", "kl", "critique_kl", "guided_solve_kl"]
+    for pg, kl in (("pg", "kl"), ("critique", "critique_kl"), ("guided_solve", "guided_solve_kl")):
+        assert terms[kl].kind == "kl" and terms[kl].tasks == terms[pg].tasks
+        assert (terms[kl].aggregation, terms[kl].max_len) == (terms[pg].aggregation, terms[pg].max_len)
+    assert terms["critique_kl"].weight == pytest.approx(0.05)  # beta x the task's weight
+    pooled = CURE(loss=loss, task_pooling="pooled").terms()
+    assert [(t.name, t.kind, t.tasks, t.aggregation) for t in pooled] == [
+        ("pg", "ppo_clip", CURE_TASKS, "seq_mean_token_sum_norm"), ("kl", "kl", CURE_TASKS, "seq_mean_token_sum_norm")]
+    with pytest.raises(ValueError, match="task_pooling='pooled'.*critique_weight"):
+        CURE(task_pooling="pooled", critique_weight=0.5)
+    with pytest.raises(ValueError, match="task_pooling"):
+        CURE(task_pooling="mixed")
+
+
+def test_pooled_loss_is_one_token_mean_over_all_tasks(built):
+    _, _, _, batch, _ = built
+    lp = jnp.asarray(batch.old_logprobs)  # ratio 1: each token's PPO-clip loss is -A
+    adv, mask, task = np.asarray(batch.advantages), np.asarray(batch.loss_mask) > 0, np.asarray(batch.task_id)
+    per_task, _ = objective(lp, batch, CURE().terms())
+    pooled, _ = objective(lp, batch, CURE(task_pooling="pooled").terms())
+    means = [-(adv[task == TASKS[t]] * mask[task == TASKS[t]]).sum() / mask[task == TASKS[t]].sum()
+             for t in CURE_TASKS]
+    np.testing.assert_allclose(float(per_task), sum(means), rtol=1e-5)  # the paper: per-task means, summed
+    np.testing.assert_allclose(float(pooled), -(adv * mask).sum() / mask.sum(), rtol=1e-5)  # the authors' code
+    assert abs(float(per_task) - float(pooled)) > 1e-3
+
+
+def test_cure_keeps_zero_signal_groups_from_dynamic_sampling():
+    assert CURE.uses_zero_signal_groups
 
 
 def test_bad_knobs_name_the_field():
@@ -174,6 +288,10 @@ def test_bad_knobs_name_the_field():
         CURE(guided_samples=0)
     with pytest.raises(ValueError, match="format_penalty"):
         CURE(format_penalty_missing=0.5)
+    with pytest.raises(ValueError, match="max_replay_per_query"):
+        CURE(max_replay_per_query=-2)
+    with pytest.raises(ValueError, match="max_critiques was removed: use critique_batch_size"):
+        CURE(max_critiques=16)
 
 
 # ------------------------------------------------------------------------------------------ one build
@@ -181,11 +299,12 @@ def test_bad_knobs_name_the_field():
 
 def test_build_rows_and_metrics(built):
     method, ro, sampler, batch, metrics = built
-    assert len(rows_of(batch, "critique")) == metrics["critique/rows"] == 8
+    assert len(rows_of(batch, "critique")) == metrics["critique/rows"] == 8  # Q*K/2 by default
     assert len(rows_of(batch, "guided_solve")) == metrics["guided_solve/rows"] == 4 * M
-    # four critiques of q0's wrong samples, each with 2 of M=4 guided solutions right -> 8 replayed into q0
-    assert metrics["replay/rows"] == 8 and metrics["replay/queries"] == 1
-    assert len(rows_of(batch, "solve")) == 16 + 8
+    # one critique of q0 (the zero-pass head) with 2 of M=4 guided solutions right -> 2 replayed into q0
+    assert metrics["replay/rows"] == 2 and metrics["replay/queries"] == 1
+    assert metrics["critique/zero_pass_rows"] == 1 and metrics["critique/repeated_rows"] == 0
+    assert len(rows_of(batch, "solve")) == 16 + 2
     assert metrics["critique/wrong_frac"] == 0.5 and metrics["guided_solve/accuracy"] == 0.5
     assert {t.name for t in method.terms()} == {"pg", "critique", "guided_solve"}
     # the critique budget reached the sampler; guided solutions used the trainer's default budget
@@ -199,7 +318,7 @@ def test_critique_prompts_end_with_the_forced_verdict(built, tokenizer):
         attempt = text.split("Solution:\n")[1].split("\n")[0]
         wrong = "WRONG" in attempt
         assert text.endswith("ERROR_FOUND: true\n" if wrong else "ERROR_FOUND: false\n"), text[-40:]
-    # only in-range samples were critiqued: q3's attempts never appear
+    # mixed queries had correct samples enough: the solved q3's attempts never appear
     assert not any("attempt q3" in t for t in crit_prompts)
 
 
@@ -227,10 +346,13 @@ def test_verdict_tokens_and_rest_carry_the_hybrid_advantage(built, tokenizer):
         a = adv[i, pos]
         np.testing.assert_allclose(a[:len(verdict)], 1.0)  # the fixed verdict advantage
         if wrong:
-            # q0 (acc 0), guided correctness 2 of 4: C * (0.5 - 0) = 1.5; q0s3's critique has a short hint: -0.25
-            short = "attempt q0s3" in prompt_text
+            # guided correctness 2 of 4, so C * (0.5 + pen - acc(x)); q0s0's critique has a short hint: pen -0.25
+            # inside the scale (the authors' code), not added after it
+            qi = int(prompt_text.split("attempt q")[1][0])
+            short = "attempt q0s0" in prompt_text
             seen_short_hint += short
-            np.testing.assert_allclose(a[len(verdict):], C * 0.5 - (0.25 if short else 0.0), rtol=1e-6)
+            acc = REWARDS[qi].mean()
+            np.testing.assert_allclose(a[len(verdict):], C * (0.5 - (0.25 if short else 0.0) - acc), rtol=1e-6)
         else:
             np.testing.assert_allclose(a[len(verdict):], 0.0)  # well-formed critique of a correct sample
     assert seen_short_hint == 1
@@ -241,17 +363,36 @@ def test_solve_group_is_enlarged_by_replay(built, tokenizer):
     adv = np.asarray(batch.advantages)
     solve = rows_of(batch, "solve")
     right = tokenizer.encode("fresh RIGHT sum") + [tokenizer.eos_id]
-    # q0's group: 4 wrong + 8 replayed right; mean 2/3, std = sqrt((4 * 4/9 + 8 * 1/9) / 11) = sqrt(24/99)
-    std = np.sqrt(24 / 99)
+    # q0's group: 4 wrong + 2 replayed right; mean 1/3, std = sqrt((4 * 1/9 + 2 * 4/9) / 5) = sqrt(12/45)
+    std = np.sqrt(12 / 45)
     plain0 = ro.prompts[0]
+    assert len(solve) == 18
     for i in solve[16:]:
         toks, pos = completion(batch, i)
         assert toks == right
         assert np.asarray(batch.tokens[i])[:pos[0]].tolist() == plain0  # the plain prompt, hint hidden
-        np.testing.assert_allclose(adv[i, pos], (1 / 3) / std, rtol=1e-4)
+        np.testing.assert_allclose(adv[i, pos], (2 / 3) / std, rtol=1e-4)
     for i in solve[:4]:
         _, pos = completion(batch, i)
-        np.testing.assert_allclose(adv[i, pos], -(2 / 3) / std, rtol=1e-4)
+        np.testing.assert_allclose(adv[i, pos], -(1 / 3) / std, rtol=1e-4)
+
+
+def test_hard_batch_builds_critiques_guided_solutions_and_capped_replay(hard_built, tokenizer):
+    _, ro, sampler, batch, metrics = hard_built
+    # the earlier balanced selection gave this batch no critique, hence no guided solution and no replay
+    assert metrics["critique/rows"] == 8 and metrics["critique/wrong_frac"] == 0.5
+    assert metrics["guided_solve/rows"] == 4 * M
+    # 4 critiques of q0 x 2 right guided solutions = 8 successes, capped at K = 4
+    assert metrics["replay/rows"] == 4 and metrics["replay/queries"] == 1
+    adv = np.asarray(batch.advantages)
+    solve = rows_of(batch, "solve")
+    assert len(solve) == 8 + 4
+    std = np.sqrt(8 * 0.25 / 7)  # 4 wrong + 4 right
+    for i, sign in [(solve[0], -1), (solve[8], 1)]:
+        _, pos = completion(batch, i)
+        np.testing.assert_allclose(adv[i, pos], sign * 0.5 / std, rtol=1e-4)  # +-0.94
+    critiqued = [tokenizer.decode(p).split("Solution:\n")[1].split("\n")[0] for p in sampler.calls[0]["prompts"]]
+    assert sorted(c for c in critiqued if "WRONG" in c) == [f"attempt q0s{s} WRONG" for s in range(4)]
 
 
 def test_recomputed_old_logprobs_match_a_fresh_forward(built, model, tokenizer):
@@ -260,18 +401,18 @@ def test_recomputed_old_logprobs_match_a_fresh_forward(built, model, tokenizer):
     params = nnx.state(model)
     for i in rows_of(batch, "solve")[16:18]:  # replayed: pi_old under the plain solve prompt
         toks, pos = completion(batch, i)
-        ref = sequence_logprobs(model, [ro.prompts[0]], [toks], state=params)[0]
+        ref = completion_logprobs(model, params, [ro.prompts[0]], [toks])[0]
         np.testing.assert_allclose(old[i, pos], ref, atol=2e-5)
     # teacher-forced verdict tokens: scored under the critique prompt; the generated rest keeps the sampler's
     i = rows_of(batch, "critique")[0]
     toks, pos = completion(batch, i)
     n_v = len(tokenizer.encode("ERROR_FOUND: false\n"))
     prompt = np.asarray(batch.tokens[i])[:pos[0]].tolist()
-    ref = sequence_logprobs(model, [prompt], [toks[:n_v]], state=params)[0]
+    ref = completion_logprobs(model, params, [prompt], [toks[:n_v]])[0]
     np.testing.assert_allclose(old[i, pos[:n_v]], ref, atol=2e-5)
     np.testing.assert_allclose(old[i, pos[n_v:]], -0.25 - 0.01 * np.arange(len(pos) - n_v), atol=1e-6)
     # the helper pads a short last chunk and keeps row order
-    lps = policy_logprobs(model, params, [ro.prompts[0]] * 3, [toks[:3], toks[:5], toks[:2]], rows_per_call=2)
+    lps = completion_logprobs(model, params, [ro.prompts[0]] * 3, [toks[:3], toks[:5], toks[:2]], rows_per_call=2)
     assert [len(x) for x in lps] == [3, 5, 2]
     np.testing.assert_allclose(lps[1][:3], lps[0], atol=1e-5)
 
@@ -282,7 +423,7 @@ def test_one_update_raises_the_replayed_solution_under_the_plain_prompt(built, m
     right = tokenizer.encode("fresh RIGHT sum") + [tokenizer.eos_id]
 
     def logp(p):
-        return float(sequence_logprobs(model, [ro.prompts[0]], [right], state=p)[0].sum())
+        return float(completion_logprobs(model, p, [ro.prompts[0]], [right])[0].sum())
 
     update = make_update(graphdef, optax.sgd(0.5), method.terms())
 
@@ -317,6 +458,8 @@ def test_configs_build_the_method():
         assert isinstance(m, CURE)
         assert m.critique_acc_range == (0.0, 0.9) and m.replay_acc_range == (0.0, 0.0)
         assert m.verdict_advantage == 1.0 and m.critique_advantage_scale == 2.0
+        assert m.critique_batch_size == 0 and m.critique_zero_pass_floor == 0.125  # Q*K/2; the authors' 32 of 256
+        assert m.max_replay_per_query == 0 and m.task_pooling == "per_task"  # at most K; the paper's per-task means
 
 
 @pytest.mark.slow
@@ -334,10 +477,9 @@ def test_cure_trains_end_to_end_through_train_py(tmp_path):
     cfg.sft.steps, cfg.sft.examples, cfg.sft.batch_size = 20, 100, 8
     cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.rl.max_new_tokens = 2, 4, 4, 24
     cfg.method.extra.critique_max_new_tokens = 16
-    # 20 warm-up steps leave every query zero-pass, and a 1:1 balance of an all-wrong batch is empty: critique
-    # every candidate instead, so the critique and guided paths run inside the real trainer.
-    cfg.method.extra.critique_balance = "none"
-    cfg.method.extra.max_critiques = 4
+    # 20 warm-up steps leave most queries zero-pass: the fixed-size selection still critiques them (8 = Q*K/2 rows
+    # when a correct sample exists, the wrong half only when none does).
+    cfg.method.extra.critique_batch_size = 8
     cfg.rl.progress = False
     results = train_script.run(cfg)
     assert "after" in results
@@ -345,7 +487,7 @@ def test_cure_trains_end_to_end_through_train_py(tmp_path):
     rows = [r for r in rows if "loss/total" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
-        assert np.isfinite(r["loss/total"]) and r["critique/rows"] == 4
+        assert np.isfinite(r["loss/total"]) and r["critique/rows"] in (4, 8)
         assert r["guided_solve/rows"] == 4 * r["critique/wrong_frac"] * cfg.method.extra.guided_samples
         assert r["critique/tokens"] > 0 and np.isfinite(r["loss/critique"]) and "replay/rows" in r
 
@@ -448,3 +590,41 @@ def test_self_refine_with_a_tiny_model(tokenizer, model):
     assert np.all(res.verdicts[0] == -1) and np.all(res.stopped == -1)
     assert np.all(res.tokens[1] >= 2) and np.all(res.tokens[1] <= 16)
     assert len(res.solutions) == 2 and res.accuracy.shape == (2,) and res.critiques[0] != ""
+
+
+class HalfMassSampler(ScriptedSampler):
+    """The scripted sampler, reporting q = pi_old / 2 for every sampled token (as a top-p nucleus of mass 1/2)."""
+
+    def __call__(self, prompts, **kw):
+        out = super().__call__(prompts, **kw)
+        return out._replace(sampling_logprobs=np.where(out.logprobs != 0, out.logprobs - np.log(2.0), 0.0))
+
+
+def test_truncated_importance_weights_reach_every_sampled_cure_row(tokenizer, model):
+    ro = make_rollouts(tokenizer)
+    ro = ro._replace(sampling_logprobs=[lp - np.log(1.5) for lp in ro.logprobs])  # solve samples: weight 1.5
+
+    def build(tis):
+        loss = dataclasses.replace(PAPER_LOSS, tis=tis, tis_cap=1.8)
+        method = CURE("grpo", loss, guided_samples=M, critique_advantage_scale=C, critique_max_new_tokens=64)
+        ctx = Context(tokenizer, HalfMassSampler(tokenizer), reward, np.random.default_rng(0), tokenizer.pad_id,
+                      model, nnx.state(model))
+        return method.build(ro, ctx)
+
+    (plain, _), (weighted, m) = build("off"), build("token")
+    a, w = np.asarray(plain.advantages), np.asarray(weighted.advantages)
+    trained = np.asarray(plain.loss_mask) != 0
+    ratio = lambda rows: np.unique(np.round(w[rows][trained[rows]] / a[rows][trained[rows]], 4))
+    nz = lambda rows: [r for r in rows if np.any(a[r][trained[r]] != 0)]
+    solve = rows_of(plain, "solve")
+    q, k = ro.rewards.shape
+    np.testing.assert_allclose(ratio(nz(solve[:q * k])), [1.5])  # the plain solve samples
+    if len(solve) > q * k:
+        np.testing.assert_allclose(ratio(nz(solve[q * k:])), [1.0])  # replayed: not sampled from this prompt
+    np.testing.assert_allclose(ratio(nz(rows_of(plain, "guided_solve"))), [1.8])  # capped at 1.8
+    n_v = len(tokenizer.encode("ERROR_FOUND: false\n"))
+    for i in rows_of(plain, "critique"):
+        pos = np.flatnonzero(trained[i])
+        np.testing.assert_allclose(w[i, pos[:n_v]], a[i, pos[:n_v]])  # forced verdict: weight 1
+        np.testing.assert_allclose(w[i, pos[n_v:]], 1.8 * a[i, pos[n_v:]], rtol=1e-5)
+    assert m["tis/capped_frac"] > 0

@@ -17,7 +17,7 @@ from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rl.batch import build_token_batch, concat_batches, split_mini_batches
 from jaxrl_reason.rl.importance import truncated_is_weights
-from jaxrl_reason.rl.losses import kl_spec, objective, pg_spec, scoring_temperatures, sft_spec
+from jaxrl_reason.rl.losses import objective, pg_spec, scoring_temperatures, sft_spec
 from jaxrl_reason.rl.overlong import overlong_penalty
 from jaxrl_reason.sampling.logits import sample_step
 from jaxrl_reason.sampling.sampler import sample

@@ -536,7 +536,8 @@ def test_finite_flags_name_the_bad_term(mlp_setup):
 
 
 def test_row_bucket_bounds_filler_and_shapes():
-    from jaxrl_reason.rl.batch import pad_rows_to, row_bucket
+    from jaxrl_reason.buckets import row_bucket
+    from jaxrl_reason.rl.batch import pad_rows_to
 
     for multiple in (1, 2, 8):
         sizes = set()

@@ -106,7 +106,43 @@ def test_parse_well_formed():
 def test_parse_no_error_critique():
     c = parse_critique("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: N/A\nHIGH_LEVEL_HINT: none")
     assert c.error_found is False and c.quote == "" and c.why == "" and c.hint == ""
-    assert c.format_errors == ()  # an empty quote/hint is right when there is no error
+    # an empty quote is right when there is no error; a hint is asked for all the same (METHODS §3)
+    assert c.format_errors == ("empty HIGH_LEVEL_HINT",)
+    assert critique_format_penalty(c) == pytest.approx(-0.25)
+
+
+def test_short_hint_is_penalised_for_every_critique():
+    # the authors' rule: fewer than 10 words costs -0.25 whatever the verdict (before: only when an error is claimed)
+    c = parse_critique("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: none\nHIGH_LEVEL_HINT: check it")
+    assert c.format_errors == ("short HIGH_LEVEL_HINT",) and c.hint_words == 2
+    assert critique_format_penalty(c) == pytest.approx(-0.25)
+    long = "ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: none\nHIGH_LEVEL_HINT: " + GOOD.split(": ")[-1]
+    assert critique_format_penalty(parse_critique(long)) == 0.0
+
+
+def test_quote_under_five_characters_is_empty_when_an_error_is_claimed():
+    rest = "\nWHY_IT_MATTERS: the carry\nHIGH_LEVEL_HINT: " + GOOD.split("HIGH_LEVEL_HINT: ")[1]
+    c = parse_critique("ERROR_FOUND: true\nERROR_QUOTE: 3+4" + rest)
+    assert c.quote == "3+4" and c.format_errors == ("empty ERROR_QUOTE",)
+    assert critique_format_penalty(c) == pytest.approx(-0.5)
+    assert critique_format_penalty(parse_critique("ERROR_FOUND: true\nERROR_QUOTE: 3 + 4" + rest)) == 0.0  # 5 chars
+    assert critique_format_penalty(parse_critique("ERROR_FOUND: false\nERROR_QUOTE: 3+4" + rest)) == 0.0
+
+
+def test_hint_is_the_text_after_the_last_label():
+    text = GOOD + "\n\nLet me restate.\nHIGH_LEVEL_HINT: Check each column sum against a rough estimate of the total."
+    c = parse_critique(text)
+    assert c.hint == "Check each column sum against a rough estimate of the total."
+    # anywhere in a line, as the authors' search; the field before it stops there
+    c = parse_critique("ERROR_FOUND: true\nERROR_QUOTE: 17 + 25 = 32\nWHY_IT_MATTERS: no carry. "
+                       "**HIGH_LEVEL_HINT:** carry the ten")
+    assert c.why == "no carry." and c.hint == "carry the ten"
+
+
+def test_missing_hint_costs_the_short_hint_penalty():
+    c = parse_critique(GOOD.split("\nHIGH_LEVEL_HINT")[0])
+    assert c.hint is None and c.format_errors == ("missing HIGH_LEVEL_HINT",)
+    assert critique_format_penalty(c) == pytest.approx(-0.25)  # as the authors' code (not the -0.5 of a field)
 
 
 def test_parse_markdown_and_case():
@@ -134,7 +170,7 @@ def test_parse_partial():
     assert critique_format_penalty(c) == pytest.approx(-0.75)
     c = parse_critique("ERROR_FOUND: perhaps\n" + GOOD.split("\n", 1)[1])
     assert c.error_found is None and c.format_errors == ("bad ERROR_FOUND value",)
-    assert critique_format_penalty(c) == pytest.approx(-0.5)
+    assert critique_format_penalty(c) == 0.0  # the verdict is teacher-forced in training; not judged
 
 
 @pytest.mark.parametrize("junk", ["", "I am not sure.", "ERROR_FOUND", ":::", "\x00\x01", None, 42,
@@ -143,4 +179,4 @@ def test_parse_garbage(junk):
     c = parse_critique(junk)  # type: ignore[arg-type]
     assert c.error_found is None and c.quote is None and c.hint is None and c.why is None
     assert set(c.format_errors) == {f"missing {f}" for f in CRITIQUE_FIELDS}
-    assert critique_format_penalty(c) == pytest.approx(-0.5)
+    assert critique_format_penalty(c) == pytest.approx(-0.75)  # missing quote / why, and no hint

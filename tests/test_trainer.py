@@ -12,7 +12,8 @@ from flax import nnx
 from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.rewards.math import math_reward
-from jaxrl_reason.rl.batch import SCORED_BUCKETS, build_token_batch, concat_batches, scored_size
+from jaxrl_reason.buckets import SCORED_BUCKETS
+from jaxrl_reason.rl.batch import build_token_batch, concat_batches, scored_size
 from jaxrl_reason.rl.losses import pg_spec, sft_spec
 from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import NonFiniteLossError, Trainer, TrainerConfig

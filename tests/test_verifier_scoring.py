@@ -8,7 +8,6 @@ from flax import nnx
 from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.data.prompts import verify_prompt
 from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
-from jaxrl_reason.inference import verifier  # noqa: F401
 from jaxrl_reason.rl import scoring
 from jaxrl_reason.inference.verifier import (score, scores_from_logprobs, verdict_ids, verdict_logprobs,
                                              verify_prompts, verify_rows)

@@ -6,9 +6,10 @@ The method is `jaxrl_reason.methods.cure.CURE` (registered as "cure"); the `meth
 constructor arguments, METHODS.md's names for CURE's settings. experiments/configs/cure.py is the CPU variant.
 
 Rows per step, worst case with Q=16 queries x K=4 solve samples and M=4 guided solutions per critique:
-solve 64 + replayed guided solutions <= 128 + critiques <= 64 (1:1 correct / wrong) + guided <= 32 x 4 = 128,
-i.e. <= 384 training rows; at most 128 rows are decoded together (the guided round). Context 2048 holds a
-512-token problem + a 1024-token solution + template + a 384-token critique, and a guided prompt + 1024 tokens.
+solve 64 + replayed guided solutions <= 64 (at most K per query) + critiques 32 (Q*K/2, at most half of wrong
+samples) + guided <= 16 x 4 = 64, i.e. <= 224 training rows (the plan keeps 384); at most 64 rows are decoded
+together. Context 2048 holds a 512-token problem + a 1024-token solution + template + a 384-token critique, and
+a guided prompt + 1024 tokens.
 
 Pre-flight, bfloat16 parameters and activations (peak 25.8 GiB of 80 GiB per device, 32%; with 48 micro-batches
 of 8 rows it is 33.8 GiB; float32 parameters with 96 micro-batches would peak at 43.5 GiB). The activation part is
@@ -50,7 +51,7 @@ def get_config():
     c.method.beta = 0.0
     c.method.eps_low = 0.2
     c.method.extra.critique_max_new_tokens = 384  # critique budget after the forced verdict
-    c.method.extra.max_critiques = 0  # cap per step (0 = none; 1:1 balance already bounds it by Q*K)
+    c.method.extra.critique_batch_size = 0  # 0 = Q*K/2 = 32 critiques per step (the paper: 256 per 512 solves)
     c.method.extra.rescore_chunk = 512  # time chunk of those forwards' [rows, time, 152k] logits
 
     c.rl.steps = 400

@@ -113,9 +113,14 @@ class Critique(NamedTuple):
 _FIELD_RE = re.compile(
     r"^[ \t>*#\-]*\**[ \t]*(ERROR_FOUND|ERROR_QUOTE|WHY_IT_MATTERS|HIGH_LEVEL_HINT)[ \t]*\**[ \t]*:[ \t]*\**",
     re.IGNORECASE | re.MULTILINE)
+# The hint label anywhere in the text (CURE's authors look for it anywhere, not only at a line start).
+_HINT_RE = re.compile(r"HIGH_LEVEL_HINT[ \t]*\**[ \t]*:[ \t]*\**", re.IGNORECASE)
 _NONE_VALUES = {"", "none", "n/a", "na", "null", "-", "nothing", "no error"}
 _TRUE_VALUES = {"true", "yes", "1"}
 _FALSE_VALUES = {"false", "no", "0"}
+# CURE's format rules (METHODS §3, as the authors' code checks them).
+MIN_HINT_WORDS = 10
+MIN_QUOTE_CHARS = 5
 
 
 def _clean(value: str) -> str:
@@ -125,24 +130,40 @@ def _clean(value: str) -> str:
     return value
 
 
-def parse_critique(text: str, *, min_hint_words: int = 10) -> Critique:
+def _none_to_empty(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return "" if value.lower().rstrip(".") in _NONE_VALUES else value
+
+
+def parse_critique(text: str, *, min_hint_words: int = MIN_HINT_WORDS,
+                   min_quote_chars: int = MIN_QUOTE_CHARS) -> Critique:
     """Parses a critique written in the CRITIQUE_FIELDS format. Never raises on model output.
 
-    A field's value runs from its label to the next label (so values may span lines). If a label repeats, the
-    first occurrence counts — the first ERROR_FOUND is the teacher-forced one. Format errors reported:
-    `missing <FIELD>`, `bad ERROR_FOUND value`, `empty ERROR_QUOTE` (only when an error is claimed),
-    `empty HIGH_LEVEL_HINT` and `short HIGH_LEVEL_HINT` (fewer than `min_hint_words` words; only when an error
-    is claimed, since a hint only serves to repair a wrong solution).
+    ERROR_FOUND, ERROR_QUOTE and WHY_IT_MATTERS run from their label (at a line start) to the next label, so they
+    may span lines; when a label repeats, the first occurrence counts -- the first ERROR_FOUND is the
+    teacher-forced one. The hint is the text after the *last* `HIGH_LEVEL_HINT:`, wherever it stands, to the end
+    (the authors' extraction: a model that restates its critique is judged by its final hint).
+
+    Format errors reported: `missing <FIELD>`, `bad ERROR_FOUND value`; `empty ERROR_QUOTE` when an error is
+    claimed and the quote has fewer than `min_quote_chars` characters; `empty HIGH_LEVEL_HINT` and
+    `short HIGH_LEVEL_HINT` (fewer than `min_hint_words` words) for *every* critique -- a hint is asked for even
+    when there is no error.
     """
     if not isinstance(text, str):
         text = ""
     matches = list(_FIELD_RE.finditer(text))
+    hint_labels = list(_HINT_RE.finditer(text))
+    # A value ends at the next field label, or at a hint label even in mid-line.
+    boundaries = sorted({m.start() for m in matches} | {m.start() for m in hint_labels} | {len(text)})
     values: dict[str, str] = {}
-    for k, m in enumerate(matches):
+    for m in matches:
         name = m.group(1).upper()
-        end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
-        if name not in values:
+        if name not in values and name != "HIGH_LEVEL_HINT":
+            end = next(b for b in boundaries if b >= m.end())
             values[name] = _clean(text[m.end():end])
+    if hint_labels:
+        values["HIGH_LEVEL_HINT"] = _clean(text[hint_labels[-1].end():])
     errors = [f"missing {f}" for f in CRITIQUE_FIELDS if f not in values]
 
     error_found = None
@@ -155,31 +176,27 @@ def parse_critique(text: str, *, min_hint_words: int = 10) -> Critique:
         else:
             errors.append("bad ERROR_FOUND value")
 
-    def optional(name: str) -> str | None:
-        if name not in values:
-            return None
-        return "" if values[name].lower().rstrip(".") in _NONE_VALUES else values[name]
-
-    quote, why, hint = optional("ERROR_QUOTE"), optional("WHY_IT_MATTERS"), optional("HIGH_LEVEL_HINT")
+    quote, why, hint = (_none_to_empty(values.get(f)) for f in ("ERROR_QUOTE", "WHY_IT_MATTERS", "HIGH_LEVEL_HINT"))
     hint_words = len(hint.split()) if hint else 0
-    if error_found:
-        if quote == "":
-            errors.append("empty ERROR_QUOTE")
-        if hint == "":
-            errors.append("empty HIGH_LEVEL_HINT")
-        elif hint is not None and hint_words < min_hint_words:
-            errors.append("short HIGH_LEVEL_HINT")
+    if error_found and quote is not None and len(quote) < min_quote_chars:
+        errors.append("empty ERROR_QUOTE")
+    if hint == "":
+        errors.append("empty HIGH_LEVEL_HINT")
+    elif hint is not None and hint_words < min_hint_words:
+        errors.append("short HIGH_LEVEL_HINT")
     return Critique(error_found, quote, why, hint, tuple(errors), hint_words)
 
 
 def critique_format_penalty(critique: Critique, *, missing: float = -0.5, short_hint: float = -0.25) -> float:
-    """CURE's format penalty (METHODS §3): `missing` for any missing field, bad verdict or empty quote, plus
-    `short_hint` for an empty or too-short hint. Added to the critique's reward by the CURE method."""
-    errs = critique.format_errors
+    """CURE's format penalty (METHODS §3), the authors' two rules: `missing` when ERROR_QUOTE or WHY_IT_MATTERS
+    is absent or the quote of a claimed error is empty; plus `short_hint` when the hint is absent, empty or too
+    short -- for every critique. The verdict is not judged: in training it is teacher-forced, so it is always
+    present and right. CURE adds the penalty to the critique's reward."""
+    errs = set(critique.format_errors)
     penalty = 0.0
-    if any(e.startswith("missing") or e in ("bad ERROR_FOUND value", "empty ERROR_QUOTE") for e in errs):
+    if errs & {"missing ERROR_QUOTE", "missing WHY_IT_MATTERS", "empty ERROR_QUOTE"}:
         penalty += missing
-    if any(e in ("short HIGH_LEVEL_HINT", "empty HIGH_LEVEL_HINT") for e in errs):
+    if errs & {"missing HIGH_LEVEL_HINT", "empty HIGH_LEVEL_HINT", "short HIGH_LEVEL_HINT"}:
         penalty += short_hint
     return penalty
 

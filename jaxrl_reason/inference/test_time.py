@@ -30,6 +30,7 @@ from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.inference import estimators as est
 from jaxrl_reason.inference.verifier import scores_from_logprobs, verdict_logprobs, verify_prompts
 from jaxrl_reason.rewards.math import answers_equivalent, equivalence_classes, math_reward
+from jaxrl_reason.progress import CallbackBar
 from jaxrl_reason.sampling.sampler import FINISH_LENGTH, FINISH_NAMES, sample
 
 # Conclusion markers for budget forcing. Thinking models close their reasoning block; a plain chain-of-thought
@@ -485,26 +486,6 @@ def default_reward(completions: Sequence[str], examples: Sequence[Any], *, grade
     return math_reward(completions, [e.answer for e in examples], grader=grader)
 
 
-class _Bar:
-    """A tqdm bar fed by (done, total) callbacks; silent when disabled."""
-
-    def __init__(self, enabled: bool, total: int, desc: str, unit: str):
-        self.bar = None
-        if enabled:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total, desc=desc, unit=unit)
-        self.base = 0
-
-    def at(self, done: int) -> None:
-        if self.bar is not None:
-            self.bar.update(self.base + done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_tokens: int, seed: int = 0,
              temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, ks: Optional[Sequence[int]] = None,
              num_subsets: int = 1000, normalize: bool = False, judge: Optional[tuple] = None,
@@ -536,7 +517,7 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
     # 1. Sample, a few questions per sampler call.
     prompts = tokenizer.encode_ragged([tokenizer.render_prompt(solve_prompt(e.question)) for e in examples])
     num_calls = -(-q // prompt_batch_size)
-    bar = _Bar(progress, num_calls * max_new_tokens, f"sampling {q} x {n}", "step")
+    bar = CallbackBar(progress, num_calls * max_new_tokens, f"sampling {q} x {n}", "step")
     tokens, lengths, finish = [], [], []
     key = jax.random.PRNGKey(seed)
     for c in range(num_calls):
@@ -569,7 +550,7 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
         verifiers["judge"] = (judge[0], judge[1], None)
     scores, logprobs, verify_len = {}, {}, None
     for name, (vm, vt, vs) in verifiers.items():
-        bar = _Bar(progress, q * n, f"scoring ({name})", "sample")
+        bar = CallbackBar(progress, q * n, f"scoring ({name})", "sample")
         lp = verdict_logprobs(vm, vt, questions, completions, batch_size=score_batch_size, state=vs,
                               progress=lambda done, total: bar.at(done))
         bar.close()

@@ -11,14 +11,9 @@ to verify (same prompt, P(Yes) as the score, no verification chain of thought). 
 """
 from __future__ import annotations
 
-import functools
 from typing import Callable, NamedTuple, Optional, Sequence
 
-import chex
-import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, verify_prompt
 from jaxrl_reason.models.qwen2 import Qwen2

@@ -1,48 +1,54 @@
 """CURE (METHODS.md §3): solve, critique with a teacher-forced verdict, guided re-exploration, replay.
 
-One training iteration, from the step's solve rollouts (Q queries x K samples, accuracy acc(x)):
+One training iteration, from the step's solve rollouts (Q queries x K samples, accuracy acc(x)); the rules follow
+the authors' code (a verl fork); docs/methods/cure.md lists our choices and every departure, with its knob:
 
-1. critique rows: samples of queries with acc(x) in `critique_acc_range`, balanced 1:1 correct / wrong. The
-   prompt is `critique_prompt(x, y)`; the response starts with the outcome verifier's verdict
-   `critique_verdict_prefix(y is wrong)` (teacher-forced) and the policy writes the remaining fields after it.
+1. critique rows: a fixed-size batch (`critique_batch_size`, default Q*K/2), half of wrong samples, half of
+   correct ones, filled in the authors' order (`select_critique_rows`). The prompt is `critique_prompt(x, y)`; the
+   response starts with the outcome verifier's verdict `critique_verdict_prefix(y is wrong)` (teacher-forced) and
+   the policy writes the remaining fields after it.
 2. guided re-exploration: for each critique of a *wrong* y, `guided_samples` (M) solutions of
    `guided_prompt(x, hint)` -- the hint only, never y -- rewarded by the same verifier.
-3. three PPO-clip tasks, each normalised over its own tokens and summed:
+3. three PPO-clip tasks, by default each normalised over its own tokens and summed (the paper's text;
+   `task_pooling="pooled"`: one term over all of them, the authors' code):
    solve         the K samples, plus the successful guided solutions of queries with acc(x) in
-                 `replay_acc_range` re-attached to the *plain* solve prompt as extra group members; advantages on
-                 the enlarged group; their pi_old recomputed under the plain prompt with the current params.
-   critique      per-token advantage by segment: `verdict_advantage` on the forced verdict tokens,
-                 c * (mean guided correctness - acc(x)) + format penalty on the generated rest (acc(x) from the
-                 K plain samples only, replay excluded).
+                 `replay_acc_range` re-attached to the *plain* solve prompt as extra group members, at most K per
+                 query; advantages on the enlarged group; their pi_old recomputed under the plain prompt.
+   critique      per-token advantage by segment: `verdict_advantage` on the forced verdict tokens; on the
+                 generated rest c * (g + pen - acc(x)) for a critique of a wrong sample (g: mean guided
+                 correctness, pen: format penalty, acc(x) from the K plain samples only) and min(pen, 0) for one of
+                 a correct sample.
    guided_solve  one group per (x, hint) over its M samples.
 
-Choices beyond METHODS.md, each a constructor knob:
-- [choice] `critique_priority="low_acc"`: within each class, samples of lower-accuracy queries are critiqued
-  first (zero-pass, then partial), random among ties -- only critiques of zero-pass queries can feed replay.
-- [choice] the format penalty is added to the rest's advantage unscaled by c; a critique of a *correct* sample
-  has no guided solutions and its rest gets the format penalty only (0 when well-formed).
-- [choice] acc(x) and the guided mean use correctness (reward > 0.5); group advantages use the raw rewards.
+[choice] acc(x) and the guided mean use correctness (reward > 0.5); group advantages use the raw rewards.
 """
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
-from flax import nnx
 
 from jaxrl_reason.data.prompts import (critique_format_penalty, critique_prompt, critique_verdict_prefix,
                                        guided_prompt, parse_critique)
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages
 from jaxrl_reason.rl import advantages as adv_lib
-from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches, pad_rows_to
+from jaxrl_reason.buckets import power_of_two
+from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches
+from jaxrl_reason.rl.importance import truncated_is_weights
 from jaxrl_reason.rl.losses import TermSpec, kl_spec, pg_spec
+from jaxrl_reason.rl.scoring import completion_logprobs
 
 CURE_TASKS = ("solve", "critique", "guided_solve")
 # The paper run's loss: each task averaged over its own tokens, clip 0.2 / 0.28, dual-clip 10, no KL.
 PAPER_LOSS = PolicyLossConfig(aggregation="token_mean", eps_low=0.2, eps_high=0.28, dual_clip=10.0, beta=0.0)
-PRIORITIES = ("low_acc", "random")
-BALANCES = ("subsample", "none")
+TASK_POOLINGS = ("per_task", "pooled")
+# Knobs of the earlier balanced selection, and what replaces them.
+REMOVED_KNOBS = {
+    "critique_balance": "the critique batch is always half wrong / half right; set its size with critique_batch_size",
+    "critique_priority": "the fill order is the authors' (docs/methods/cure.md); it has no knob",
+    "max_critiques": "use critique_batch_size (the fixed number of critiques per step)",
+}
 
 
 # ------------------------------------------------------------------------------------------------ pure pieces
@@ -73,46 +79,119 @@ def in_range(acc: np.ndarray, acc_range) -> np.ndarray:
     return (acc >= lo - 1e-6) & (acc <= hi + 1e-6)
 
 
-def _ordered(rows: np.ndarray, acc_of_row: np.ndarray, rng: np.random.Generator, priority: str) -> np.ndarray:
-    rows = rng.permutation(rows)
-    if priority == "low_acc":
-        rows = rows[np.argsort(acc_of_row[rows], kind="stable")]  # the random order survives among ties
-    return rows
+class CritiquePools(NamedTuple):
+    """Flat sample indices (row r = query r // K) by the pool the critique batch draws them from."""
+
+    pairs: np.ndarray  # [P, 2]: (first wrong, first correct) sample of each mixed query in the interval
+    zero_heads: np.ndarray  # the first sample of each zero-pass query
+    zero_rest: np.ndarray  # the other samples of zero-pass queries
+    mixed_wrong: np.ndarray  # wrong samples of mixed queries in the interval, pairs excluded
+    mixed_correct: np.ndarray  # correct samples of mixed queries in the interval, pairs excluded
+    solved: np.ndarray  # samples of fully solved queries
+
+    def wrong(self) -> np.ndarray:
+        return np.concatenate([self.pairs[:, 0], self.zero_heads, self.zero_rest, self.mixed_wrong])
+
+    def correct(self) -> np.ndarray:
+        return np.concatenate([self.pairs[:, 1], self.mixed_correct, self.solved])
 
 
-def select_critique_rows(rewards: np.ndarray, acc_range, rng: np.random.Generator, *, balance: str = "subsample",
-                         priority: str = "low_acc", max_rows: int = 0) -> np.ndarray:
-    """Flat sample indices (row r = query r // K) to critique, sorted.
-
-    Candidates are the samples of queries whose accuracy lies in `acc_range`. balance="subsample" takes as many
-    correct as wrong samples (none at all when a class is empty); "none" takes every candidate. `max_rows` (0 =
-    no cap) caps the total, keeping the balance. priority="low_acc" fills each class from the lowest-accuracy
-    queries first; "random" ignores accuracy.
-    """
-    if balance not in BALANCES:
-        raise ValueError(f"cure critique_balance={balance!r} is unknown; use one of {BALANCES}")
-    if priority not in PRIORITIES:
-        raise ValueError(f"cure critique_priority={priority!r} is unknown; use one of {PRIORITIES}")
+def critique_pools(rewards: np.ndarray, acc_range) -> CritiquePools:
+    """The authors' pools. Zero-pass and fully solved queries are pools of their own whatever `acc_range` says;
+    the interval selects the mixed queries (0 < acc(x) < 1) whose samples may be critiqued."""
     rewards = np.asarray(rewards, np.float32)
     q, k = rewards.shape
-    acc = query_accuracy(rewards)
-    acc_of_row = np.repeat(acc, k)
-    cand = np.repeat(in_range(acc, acc_range), k)
-    correct = rewards.reshape(-1) > 0.5
-    pos = _ordered(np.flatnonzero(cand & correct), acc_of_row, rng, priority)
-    neg = _ordered(np.flatnonzero(cand & ~correct), acc_of_row, rng, priority)
-    if balance == "subsample":
-        n = min(len(pos), len(neg))
-        if max_rows:
-            n = min(n, max_rows // 2)
-        idx = np.concatenate([pos[:n], neg[:n]])
+    correct = rewards > 0.5
+    acc = correct.mean(axis=1)
+    mixed_ok = in_range(acc, acc_range)
+    pools: dict[str, list] = {f: [] for f in CritiquePools._fields}
+    for qi in range(q):
+        rows = qi * k + np.arange(k)
+        if acc[qi] == 0.0:
+            pools["zero_heads"].append(rows[0])
+            pools["zero_rest"].extend(rows[1:])
+        elif acc[qi] == 1.0:
+            pools["solved"].extend(rows)
+        elif mixed_ok[qi]:
+            right, wrong = rows[correct[qi]], rows[~correct[qi]]
+            pools["pairs"].append((wrong[0], right[0]))
+            pools["mixed_correct"].extend(right[1:])
+            pools["mixed_wrong"].extend(wrong[1:])
+    out = {f: np.asarray(v, np.int64) for f, v in pools.items()}
+    out["pairs"] = out["pairs"].reshape(-1, 2)
+    return CritiquePools(**out)
+
+
+def _draw(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n rows from `pool`: a random subset when it holds enough; else all of it plus random repeats."""
+    pool = np.asarray(pool, np.int64)
+    if n <= 0 or not len(pool):
+        return np.zeros((0,), np.int64)
+    if n <= len(pool):
+        return rng.choice(pool, size=n, replace=False)
+    return np.concatenate([pool, rng.choice(pool, size=n - len(pool), replace=True)])
+
+
+def _top_up(taken: np.ndarray, candidates: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n more rows of one class for a batch that its pools left short: unused candidates first, then repeats."""
+    if n <= 0 or not len(candidates):
+        return np.zeros((0,), np.int64)
+    unused = np.setdiff1d(candidates, taken)
+    first = rng.choice(unused, size=min(n, len(unused)), replace=False) if len(unused) else unused
+    return np.concatenate([first, rng.choice(candidates, size=n - len(first), replace=True)]).astype(np.int64)
+
+
+def select_critique_rows(rewards: np.ndarray, acc_range, batch_size: int, rng: np.random.Generator, *,
+                         zero_pass_floor: float = 0.125) -> np.ndarray:
+    """Flat sample indices (row r = query r // K) of the `batch_size` critiques of a step, sorted; a sample may
+    appear more than once (each occurrence is its own critique).
+
+    The authors' order: first one (wrong, correct) pair of every mixed query in `acc_range`; the rest is split
+    half wrong (the odd slot), half correct.
+      wrong:   the first sample of every zero-pass query; wrong samples of mixed queries, leaving room for at
+               least `zero_pass_floor * batch_size` zero-pass samples in all; more zero-pass samples to fill.
+      correct: correct samples of mixed queries; samples of fully solved queries to fill.
+    A pool drawn past its size repeats samples. A class still short (the zero-pass or solved pool is empty) is
+    topped up from its other candidates -- our departure, so the batch keeps its size; a class with no candidate
+    at all stays empty.
+    """
+    if int(batch_size) < 0:
+        raise ValueError(f"cure critique_batch_size must be >= 0 (0 = half the solve samples), got {batch_size}")
+    if not 0.0 <= zero_pass_floor <= 1.0:
+        raise ValueError(f"cure critique_zero_pass_floor must be a share of the critique batch in [0, 1], "
+                         f"got {zero_pass_floor}")
+    p = critique_pools(rewards, acc_range)
+    pairs = p.pairs[rng.permutation(len(p.pairs))].reshape(-1)  # wrong first: an odd cut keeps the wrong one
+    if batch_size <= len(pairs):
+        return np.sort(pairs[:batch_size])
+    rest = int(batch_size) - len(pairs)
+    n_wrong, n_right = rest - rest // 2, rest // 2
+
+    if len(p.zero_heads) >= n_wrong:  # more zero-pass queries than wrong slots: a random subset of them
+        wrong = _draw(p.zero_heads, n_wrong, rng)
     else:
-        idx = np.concatenate([pos, neg])
-        if max_rows and len(idx) > max_rows:
-            # keep the class ratio as far as whole rows allow
-            n_pos = int(round(max_rows * len(pos) / len(idx)))
-            idx = np.concatenate([pos[:n_pos], neg[:max_rows - n_pos]])
-    return np.sort(idx).astype(np.int64)
+        zero_total = max(len(p.zero_heads), int(round(zero_pass_floor * batch_size)))
+        n_mixed = min(len(p.mixed_wrong), max(0, n_wrong - zero_total))
+        wrong = np.concatenate([p.zero_heads, _draw(p.mixed_wrong, n_mixed, rng),
+                                _draw(p.zero_rest, n_wrong - len(p.zero_heads) - n_mixed, rng)])
+    wrong = np.concatenate([wrong, _top_up(np.concatenate([pairs, wrong]), p.wrong(), n_wrong - len(wrong), rng)])
+
+    n_mixed = min(len(p.mixed_correct), n_right)
+    right = np.concatenate([_draw(p.mixed_correct, n_mixed, rng), _draw(p.solved, n_right - n_mixed, rng)])
+    right = np.concatenate([right, _top_up(np.concatenate([pairs, right]), p.correct(), n_right - len(right), rng)])
+    return np.sort(np.concatenate([pairs, wrong, right]).astype(np.int64))
+
+
+def replay_members(critique_query: Sequence[int], guided_correct: np.ndarray, replay_ok: np.ndarray,
+                   cap: Optional[int]) -> list:
+    """Per query, the (guided group, sample) pairs replayed into its solve group: the successful guided
+    solutions of the critiques of its samples (guided group gi belongs to the critique of a sample of query
+    `critique_query[gi]`), for queries with `replay_ok`, in critique order, at most `cap` (None = all)."""
+    out: list[list[tuple[int, int]]] = [[] for _ in range(len(replay_ok))]
+    for gi, qi in enumerate(critique_query):
+        if replay_ok[qi]:
+            out[qi].extend((gi, int(s)) for s in np.flatnonzero(guided_correct[gi]))
+    return out if cap is None else [r[:cap] for r in out]
 
 
 class ReplayAdvantages(NamedTuple):
@@ -135,7 +214,7 @@ def replay_group_advantages(rewards: np.ndarray, replay_rewards: Sequence[Sequen
     if len(replay_rewards) != q:
         raise ValueError(f"replay_rewards has {len(replay_rewards)} entries for {q} queries; give one list per query")
     extra = max((len(r) for r in replay_rewards), default=0)
-    width = k + (1 << (extra - 1).bit_length() if extra else 0)  # power-of-two padding: few estimator shapes
+    width = k + (power_of_two(extra, 1) if extra else 0)  # few estimator shapes
     full = np.zeros((q, width), np.float32)
     valid = np.zeros((q, width), bool)
     full[:, :k], valid[:, :k] = rewards, True
@@ -149,50 +228,21 @@ def replay_group_advantages(rewards: np.ndarray, replay_rewards: Sequence[Sequen
 
 def critique_rest_advantage(guided_correct: Optional[Sequence[float]], acc: float, *, scale: float,
                             format_penalty: float) -> float:
-    """The advantage of a critique's generated tokens: scale * (mean guided correctness - acc(x)) + penalty for
-    a critique of a wrong sample; the penalty alone for a critique of a correct one (`guided_correct` None)."""
+    """The advantage of a critique's generated tokens. The critique's reward is the mean guided correctness g plus
+    the format penalty; for a critique of a wrong sample the advantage is scale * (g + penalty - acc(x)), for one
+    of a correct sample (`guided_correct` None: no guided solutions) the penalty if negative, else 0."""
     if guided_correct is None:
-        return float(format_penalty)
+        return float(min(format_penalty, 0.0))
     g = np.asarray(guided_correct, np.float64)
     if g.size == 0:
         raise ValueError("critique_rest_advantage: a critique of a wrong sample needs at least one guided solution")
-    return float(scale * (g.mean() - acc) + format_penalty)
+    return float(scale * (g.mean() + format_penalty - acc))
 
 
 def segment_advantages(n_verdict: int, n_rest: int, verdict_advantage: float, rest_advantage: float) -> np.ndarray:
     """float32 [n_verdict + n_rest]: the forced verdict tokens, then the generated rest."""
     return np.concatenate([np.full((n_verdict,), verdict_advantage, np.float32),
                            np.full((n_rest,), rest_advantage, np.float32)])
-
-
-def policy_logprobs(model, params, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
-                    pad_id: int = 0, rows_per_call: int = 16, chunk_size: Optional[int] = None,
-                    temperature: float = 1.0) -> list:
-    """log pi(completion token | prompt, earlier completion tokens) per row, float32 [len(completion)] each.
-
-    One forward pass per `rows_per_call` rows (filler rows keep one compiled shape), logits never larger than a
-    `chunk_size` slice of time. `params` (nnx.State) is the policy to score under; pass the trainer's current
-    params -- the module's own weights may be stale. temperature: the sampling temperature, so the recomputed
-    pi_old is the tempered policy's, as the sampler's own log-probs are (METHODS.md §1).
-    """
-    from jaxrl_reason.rl.scoring import reference_logprobs
-
-    if len(prompts) != len(completions):
-        raise ValueError(f"policy_logprobs got {len(prompts)} prompts and {len(completions)} completions")
-    if not prompts:
-        return []
-    if rows_per_call < 1:
-        raise ValueError(f"cure rescore_rows must be >= 1, got {rows_per_call}")
-    graphdef, own = nnx.split(model)
-    params = own if params is None else params
-    out = []
-    for s in range(0, len(prompts), rows_per_call):
-        p, c = prompts[s:s + rows_per_call], completions[s:s + rows_per_call]
-        batch = pad_rows_to(build_token_batch(p, c, [0.0] * len(p), None, "solve", pad_id=pad_id), rows_per_call)
-        lp = np.asarray(reference_logprobs(graphdef, params, batch, chunk_size=chunk_size,
-                                           temperature=float(temperature)))
-        out.extend(lp[i, len(pi):len(pi) + len(ci)].astype(np.float32) for i, (pi, ci) in enumerate(zip(p, c)))
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ the method
@@ -203,7 +253,8 @@ class _Critiques(NamedTuple):
     prompts: list  # rendered critique prompt ids, without the verdict
     verdicts: list  # forced verdict ids
     generated: list  # generated ids after the verdict
-    logprobs: list  # sampler log-probs of `generated`
+    logprobs: list  # sampler log-probs of `generated` (pi_old)
+    sampling_logprobs: list  # sampler log q of `generated` (the truncated distribution)
     texts: list  # verdict + generated, decoded
     wrong: np.ndarray  # bool: the critiqued sample is wrong (verdict "true")
 
@@ -212,53 +263,77 @@ class CURE(GRPO):
     """Solve + critique + guided-solve rows with CURE's replay and hybrid critique advantages."""
 
     name = "cure"
+    # Replay makes zero-pass groups (all rewards 0) the groups CURE learns most from: dynamic sampling, which
+    # drops them, must be refused (the trainer checks this).
+    uses_zero_signal_groups = True
 
     def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PAPER_LOSS, *,
-                 guided_samples: int = 4, critique_acc_range=(0.0, 0.9), replay_acc_range=(0.0, 0.0),
-                 critique_advantage_scale: float = 2.0, verdict_advantage: float = 1.0,
-                 critique_max_new_tokens: int = 384, guided_max_new_tokens: int = 0,
+                 guided_samples: int = 4, critique_batch_size: int = 0, critique_acc_range=(0.0, 0.9),
+                 critique_zero_pass_floor: float = 0.125, replay_acc_range=(0.0, 0.0),
+                 max_replay_per_query: int = 0, critique_advantage_scale: float = 2.0,
+                 verdict_advantage: float = 1.0, critique_max_new_tokens: int = 384, guided_max_new_tokens: int = 0,
                  format_penalty_missing: float = -0.5, format_penalty_short_hint: float = -0.25,
-                 min_hint_words: int = 10, critique_balance: str = "subsample", critique_priority: str = "low_acc",
-                 max_critiques: int = 0, max_replay_per_query: int = 0, critique_weight: float = 1.0,
+                 min_hint_words: int = 10, task_pooling: str = "per_task", critique_weight: float = 1.0,
                  guided_weight: float = 1.0, rescore_rows: int = 16, rescore_chunk: int = 0, **estimator_kwargs):
-        """Knobs (METHODS.md §3 names; defaults are the paper run's):
+        """Knobs (METHODS.md §3 names; defaults are the paper run's and the authors' code's):
 
         guided_samples:            M, guided solutions per critique of a wrong sample
-        critique_acc_range:        (lo, hi): queries whose samples may be critiqued
+        critique_batch_size:       critiques per step, half of wrong samples, half of correct ones (0 = half the
+                                   step's solve samples, the paper's 256 per 128 x 4)
+        critique_acc_range:        (lo, hi): mixed queries (0 < acc < 1) whose samples may be critiqued
+        critique_zero_pass_floor:  share of the critique batch kept for zero-pass samples before mixed wrong ones
+                                   (the authors' 32 of 256)
         replay_acc_range:          (lo, hi): queries whose successful guided solutions join the solve group
-        critique_advantage_scale:  c in c * (mean guided correctness - acc(x))
+        max_replay_per_query:      cap on replayed samples per query (0 = K, the authors' cap; -1 = none)
+        critique_advantage_scale:  c in c * (g + format penalty - acc(x))
         verdict_advantage:         the fixed advantage of the teacher-forced verdict tokens
         critique_max_new_tokens:   generation budget of a critique after its verdict
         guided_max_new_tokens:     budget of a guided solution (0 = the trainer's max_new_tokens)
         format_penalty_missing / format_penalty_short_hint / min_hint_words: the critique format penalty
-        critique_balance:          subsample (1:1 correct/wrong) | none
-        critique_priority:         low_acc (zero-pass, then partial queries first) | random
-        max_critiques:             cap on critiques per step (0 = none)
-        max_replay_per_query:      cap on replayed samples per query (0 = none)
-        critique_weight / guided_weight: coefficients of the critique and guided_solve terms (solve: 1)
+        task_pooling:              per_task (each task's loss averaged over its own tokens, summed: the paper)
+                                   | pooled (one term over all tasks' tokens: the authors' code)
+        critique_weight / guided_weight: coefficients of the critique and guided_solve terms and of their KL
+                                   (solve: 1); per_task only
         rescore_rows / rescore_chunk: rows per forward and time chunk (0 = none) when recomputing pi_old
         """
+        if loss.overlong_buffer or loss.overlong_filter:
+            raise ValueError("cure does not apply DAPO's overlong shaping or filter (its critique and guided rows "
+                             "have their own budgets); set method.overlong_buffer=0 and method.overlong_filter=False")
+        removed = sorted(set(estimator_kwargs) & set(REMOVED_KNOBS))
+        if removed:
+            raise ValueError("; ".join(f"cure {k} was removed: {REMOVED_KNOBS[k]}" for k in removed))
         super().__init__(estimator, loss, **estimator_kwargs)
         if int(guided_samples) < 1:
             raise ValueError(f"cure guided_samples (M) must be >= 1, got {guided_samples}")
         if int(critique_max_new_tokens) < 1:
             raise ValueError(f"cure critique_max_new_tokens must be >= 1, got {critique_max_new_tokens}")
-        if int(guided_max_new_tokens) < 0 or int(max_critiques) < 0 or int(max_replay_per_query) < 0:
-            raise ValueError("cure guided_max_new_tokens, max_critiques and max_replay_per_query must be >= 0 "
-                             "(0 = default / no cap)")
+        if int(guided_max_new_tokens) < 0 or int(critique_batch_size) < 0:
+            raise ValueError("cure guided_max_new_tokens and critique_batch_size must be >= 0 (0 = the default), "
+                             f"got {guided_max_new_tokens}, {critique_batch_size}")
+        if int(max_replay_per_query) < -1:
+            raise ValueError(f"cure max_replay_per_query must be >= 1, 0 (= K, the group size) or -1 (no cap), "
+                             f"got {max_replay_per_query}")
+        if not 0.0 <= float(critique_zero_pass_floor) <= 1.0:
+            raise ValueError(f"cure critique_zero_pass_floor must be a share of the critique batch in [0, 1], "
+                             f"got {critique_zero_pass_floor}")
         if format_penalty_missing > 0 or format_penalty_short_hint > 0:
             raise ValueError("cure format_penalty_missing and format_penalty_short_hint are penalties: give values "
                              f"<= 0, got {format_penalty_missing}, {format_penalty_short_hint}")
         if critique_weight < 0 or guided_weight < 0:
             raise ValueError(f"cure critique_weight and guided_weight must be >= 0, got {critique_weight}, "
                              f"{guided_weight}")
-        if critique_balance not in BALANCES:
-            raise ValueError(f"cure critique_balance={critique_balance!r} is unknown; use one of {BALANCES}")
-        if critique_priority not in PRIORITIES:
-            raise ValueError(f"cure critique_priority={critique_priority!r} is unknown; use one of {PRIORITIES}")
+        if task_pooling not in TASK_POOLINGS:
+            raise ValueError(f"cure task_pooling={task_pooling!r} is unknown; use one of {TASK_POOLINGS}")
+        if task_pooling == "pooled" and (critique_weight != 1.0 or guided_weight != 1.0):
+            raise ValueError("cure task_pooling='pooled' trains one PPO-clip term over all three tasks, so it cannot "
+                             f"weight them: critique_weight and guided_weight must be 1 (got {critique_weight}, "
+                             f"{guided_weight}); use task_pooling='per_task' to weight the tasks")
         self.guided_samples = int(guided_samples)
+        self.critique_batch_size = int(critique_batch_size)
         self.critique_acc_range = _check_range("critique_acc_range", critique_acc_range)
+        self.critique_zero_pass_floor = float(critique_zero_pass_floor)
         self.replay_acc_range = _check_range("replay_acc_range", replay_acc_range)
+        self.max_replay_per_query = int(max_replay_per_query)
         self.critique_advantage_scale = float(critique_advantage_scale)
         self.verdict_advantage = float(verdict_advantage)
         self.critique_max_new_tokens = int(critique_max_new_tokens)
@@ -266,21 +341,36 @@ class CURE(GRPO):
         self.format_penalty_missing = float(format_penalty_missing)
         self.format_penalty_short_hint = float(format_penalty_short_hint)
         self.min_hint_words = int(min_hint_words)
-        self.critique_balance, self.critique_priority = critique_balance, critique_priority
-        self.max_critiques, self.max_replay_per_query = int(max_critiques), int(max_replay_per_query)
+        self.task_pooling = task_pooling
         self.critique_weight, self.guided_weight = float(critique_weight), float(guided_weight)
         self.rescore_rows, self.rescore_chunk = int(rescore_rows), int(rescore_chunk) or None
 
     def terms(self) -> tuple[TermSpec, ...]:
+        """per_task: a PPO-clip term per task, then (beta > 0) a KL term per task in that task's aggregation,
+        weighted beta * the task's weight (the KL sits inside the task's loss, as in the GRPO objective).
+        pooled: one PPO-clip and one KL term over all three tasks."""
         l = self.loss
-        kw = dict(aggregation=l.aggregation, max_len=l.max_len, eps_low=l.eps_low, eps_high=l.eps_high,
-                  dual_clip=l.dual_clip)
-        t = [pg_spec(("solve",), name="pg", **kw),
-             pg_spec(("critique",), name="critique", weight=self.critique_weight, **kw),
-             pg_spec(("guided_solve",), name="guided_solve", weight=self.guided_weight, **kw)]
+        agg = dict(aggregation=l.aggregation, max_len=l.max_len)
+        clip = dict(eps_low=l.eps_low, eps_high=l.eps_high, dual_clip=l.dual_clip)
+        if self.task_pooling == "pooled":
+            t = [pg_spec(CURE_TASKS, name="pg", **agg, **clip)]
+            if l.beta:
+                t.append(kl_spec(CURE_TASKS, beta=l.beta, estimator=l.kl_estimator, name="kl", **agg))
+            return tuple(t)
+        # (task, policy term name, KL term name, weight); "pg" / "kl" keep GRPO's names for the solve task
+        tasks = (("solve", "pg", "kl", 1.0), ("critique", "critique", "critique_kl", self.critique_weight),
+                 ("guided_solve", "guided_solve", "guided_solve_kl", self.guided_weight))
+        t = [pg_spec((task,), name=pg, weight=w, **agg, **clip) for task, pg, _, w in tasks]
         if l.beta:
-            t.append(kl_spec(CURE_TASKS, beta=l.beta, estimator=l.kl_estimator))
+            t += [kl_spec((task,), beta=l.beta * w, estimator=l.kl_estimator, name=kl, **agg)
+                  for task, _, kl, w in tasks]
         return tuple(t)
+
+    def _replay_cap(self, group_size: int) -> Optional[int]:
+        """Replayed samples allowed per query: K by default (the authors' min(#successes, group size))."""
+        if self.max_replay_per_query == 0:
+            return group_size
+        return None if self.max_replay_per_query == -1 else self.max_replay_per_query
 
     # -------------------------------------------------------------------------------------- generation steps
 
@@ -297,9 +387,10 @@ class CURE(GRPO):
                          max_new_tokens=self.critique_max_new_tokens)
         generated = out.completions()
         logprobs = [np.asarray(out.logprobs[i, :n], np.float32) for i, n in enumerate(out.lengths)]
+        sampling = [np.asarray(out.sampling_logprobs[i, :n], np.float32) for i, n in enumerate(out.lengths)]
         rest = tok.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
         full = [critique_verdict_prefix(bool(w)) + r for w, r in zip(wrong, rest)]
-        return _Critiques(rows, prompts, verdicts, generated, logprobs, full, wrong)
+        return _Critiques(rows, prompts, verdicts, generated, logprobs, sampling, full, wrong)
 
     def _guided(self, ro: Rollouts, examples: list, hints: list, ctx: Context):
         m = self.guided_samples
@@ -311,7 +402,8 @@ class CURE(GRPO):
         per_row = [examples[i // m] for i in range(len(texts))]
         scores = np.asarray(ctx.reward(texts, per_row).scores, np.float32).reshape(len(examples), m)
         logprobs = [np.asarray(out.logprobs[i, :n], np.float32) for i, n in enumerate(out.lengths)]
-        return prompts, out.completions(), logprobs, scores
+        sampling = [np.asarray(out.sampling_logprobs[i, :n], np.float32) for i, n in enumerate(out.lengths)]
+        return prompts, out.completions(), logprobs, sampling, scores
 
     # -------------------------------------------------------------------------------------- build
 
@@ -326,8 +418,9 @@ class CURE(GRPO):
         acc = query_accuracy(ro.rewards)
         metrics: dict[str, Any] = {"cure/zero_pass_frac": float(np.mean(acc == 0.0))}
 
-        rows = select_critique_rows(ro.rewards, self.critique_acc_range, ctx.rng, balance=self.critique_balance,
-                                    priority=self.critique_priority, max_rows=self.max_critiques)
+        batch_size = self.critique_batch_size or (q * k) // 2
+        rows = select_critique_rows(ro.rewards, self.critique_acc_range, batch_size, ctx.rng,
+                                    zero_pass_floor=self.critique_zero_pass_floor)
         crit = self._critique(ro, rows, ctx) if len(rows) else None
         parsed = [parse_critique(t, min_hint_words=self.min_hint_words) for t in crit.texts] if crit else []
         penalties = [critique_format_penalty(c, missing=self.format_penalty_missing,
@@ -339,18 +432,13 @@ class CURE(GRPO):
         if w_idx:
             ex = [ro.examples[rows[j] // k] for j in w_idx]
             guided = self._guided(ro, ex, [parsed[j].hint or "" for j in w_idx], ctx)
-        g_prompts, g_comps, g_lps, g_scores = guided if guided else ([], [], [], np.zeros((0, self.guided_samples)))
+        g_prompts, g_comps, g_lps, g_qs, g_scores = guided if guided else ([], [], [], [],
+                                                                           np.zeros((0, self.guided_samples)))
         g_correct = g_scores > 0.5
 
         # Replay: successful guided solutions of queries in the replay range join the plain solve group.
-        replay_ok = in_range(acc, self.replay_acc_range)
-        replay: list[list[tuple[int, int]]] = [[] for _ in range(q)]  # (guided group, sample) per query
-        for gi, j in enumerate(w_idx):
-            qi = int(rows[j] // k)
-            if replay_ok[qi]:
-                replay[qi].extend((gi, s) for s in np.flatnonzero(g_correct[gi]))
-        if self.max_replay_per_query:
-            replay = [r[:self.max_replay_per_query] for r in replay]
+        replay = replay_members([int(rows[j] // k) for j in w_idx], g_correct, in_range(acc, self.replay_acc_range),
+                                self._replay_cap(k))
         flat_replay = [(qi, gi, s) for qi, r in enumerate(replay) for gi, s in r]
 
         # pi_old of the forced verdict tokens and of the replayed samples under the plain prompt, in one pass.
@@ -358,17 +446,36 @@ class CURE(GRPO):
         score_c = list(crit.verdicts) if crit else []
         score_p += [ro.prompts[qi] for qi, _, _ in flat_replay]
         score_c += [g_comps[gi * self.guided_samples + s] for _, gi, s in flat_replay]
-        lps = policy_logprobs(ctx.model, ctx.params, score_p, score_c, pad_id=ctx.pad_id,
-                              rows_per_call=self.rescore_rows, chunk_size=self.rescore_chunk,
-                              temperature=ctx.temperature)
+        lps = completion_logprobs(ctx.model, ctx.params, score_p, score_c, pad_id=ctx.pad_id,
+                                  rows_per_call=self.rescore_rows, chunk_size=self.rescore_chunk,
+                                  temperature=ctx.temperature)
         verdict_lps, replay_lps = lps[:len(rows)], lps[len(rows):]
+
+        # Truncated importance weights on every sampled token (METHODS §1): the plain solve samples, the critiques'
+        # generated rest and the guided solutions. Forced verdicts and replayed samples were not sampled from
+        # their rows' prompts, so they keep weight 1.
+        sampled_old = list(ro.logprobs) + (list(crit.logprobs) if crit else []) + list(g_lps)
+        sampled_q = (list(ro.sampling_logprobs) if ro.sampling_logprobs is not None else None)
+        if sampled_q is None:
+            if self.loss.tis != "off":
+                raise ValueError(f"tis={self.loss.tis!r} needs the sampler's log q of every sampled token "
+                                 "(Rollouts.sampling_logprobs), which these rollouts do not carry; set tis='off'")
+            weights = [np.ones(len(x), np.float32) for x in sampled_old]
+        else:
+            sampled_q += (list(crit.sampling_logprobs) if crit else []) + list(g_qs)
+            weights, tis_metrics = truncated_is_weights(sampled_old, sampled_q, mode=self.loss.tis,
+                                                        cap=self.loss.tis_cap)
+            metrics.update(tis_metrics)
+        n_crit = len(crit.logprobs) if crit else 0
+        solve_w, crit_w, guided_w = weights[:q * k], weights[q * k:q * k + n_crit], weights[q * k + n_crit:]
 
         # --- solve task (enlarged groups)
         replay_rewards = [[float(g_scores[gi, s]) for gi, s in r] for r in replay]
         adv = replay_group_advantages(ro.rewards, replay_rewards, self.estimator, **self.estimator_kwargs)
         prompts = [ro.prompts[r // k] for r in range(q * k)] + [ro.prompts[qi] for qi, _, _ in flat_replay]
         comps = list(ro.completions) + [g_comps[gi * self.guided_samples + s] for _, gi, s in flat_replay]
-        advs = list(adv.base.reshape(-1)) + [float(a) for r in adv.replay for a in r]
+        advs = ([a * w for a, w in zip(adv.base.reshape(-1), solve_w)] +
+                [float(a) for r in adv.replay for a in r])
         olds = list(ro.logprobs) + replay_lps
         batches = [build_token_batch(prompts, comps, advs, olds, "solve", pad_id=ctx.pad_id)]
         metrics.update({f"solve/{n}": float(v) for n, v in
@@ -378,6 +485,8 @@ class CURE(GRPO):
 
         # --- critique task (hybrid advantage by segment)
         metrics["critique/rows"] = len(rows)
+        metrics["critique/repeated_rows"] = int(len(rows) - len(np.unique(rows)))
+        metrics["critique/zero_pass_rows"] = int(np.sum(acc[rows // k] == 0.0)) if len(rows) else 0
         if crit:
             g_of = {j: gi for gi, j in enumerate(w_idx)}
             c_adv, rest_adv = [], []
@@ -386,8 +495,9 @@ class CURE(GRPO):
                 a = critique_rest_advantage(guided_c, float(acc[r // k]), scale=self.critique_advantage_scale,
                                             format_penalty=penalties[j])
                 rest_adv.append(a)
-                c_adv.append(segment_advantages(len(crit.verdicts[j]), len(crit.generated[j]),
-                                                self.verdict_advantage, a))
+                seg = segment_advantages(len(crit.verdicts[j]), len(crit.generated[j]), self.verdict_advantage, a)
+                seg[len(crit.verdicts[j]):] *= crit_w[j]
+                c_adv.append(seg)
             c_comps = [v + gen for v, gen in zip(crit.verdicts, crit.generated)]
             c_olds = [np.concatenate([vl, gl]) for vl, gl in zip(verdict_lps, crit.logprobs)]
             batches.append(build_token_batch(crit.prompts, c_comps, c_adv, c_olds, "critique", pad_id=ctx.pad_id))
@@ -407,7 +517,8 @@ class CURE(GRPO):
             m = self.guided_samples
             g_adv = group_advantages(g_scores, self.estimator, **self.estimator_kwargs)
             batches.append(build_token_batch([g_prompts[i // m] for i in range(len(g_comps))], g_comps,
-                                             list(g_adv.reshape(-1)), g_lps, "guided_solve", pad_id=ctx.pad_id))
+                                             [a * w for a, w in zip(g_adv.reshape(-1), guided_w)], g_lps,
+                                             "guided_solve", pad_id=ctx.pad_id))
             metrics.update({f"guided_solve/{n}": float(v) for n, v in
                             adv_lib.group_metrics(g_scores, advantages=g_adv).items()})
             metrics["guided_solve/accuracy"] = float(g_correct.mean())

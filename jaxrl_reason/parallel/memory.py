@@ -15,6 +15,7 @@ from typing import Mapping, NamedTuple, Optional, Union
 
 import jax
 import numpy as np
+import optax
 from jax.sharding import Mesh
 
 from jaxrl_reason.parallel.mesh import AXES, BATCH_AXES, resolve_mesh_shape
@@ -99,7 +100,8 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
          rules: Rules = DEFAULT_RULES) -> MemoryPlan:
     """Per-device bytes for `cfg` (a ModelConfig) on `mesh` (a Mesh, or axis sizes) with `batch` settings.
 
-    optimizer: an optax GradientTransformation, or "adamw" for `train.state.make_optimizer`'s AdamW.
+    optimizer: an optax GradientTransformation, or "adamw" for the trainer's (global-norm clipping, then AdamW:
+    two param-shaped moments and the step counts of Adam and of its schedule).
     Raises ShardingError (naming the tensor) if the mesh cannot hold the model under `rules`.
     """
     from flax import nnx
@@ -110,9 +112,7 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     sizes = _sizes(mesh)
     check_model_on_mesh(cfg, _Sizes(sizes))
     if optimizer == "adamw":
-        from jaxrl_reason.train.state import make_optimizer
-
-        optimizer = make_optimizer(1e-6, total_steps=1)
+        optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(optax.constant_schedule(1e-6)))
     abstract = nnx.state(nnx.eval_shape(lambda: init_model(cfg, 0)))
     params = _shard_bytes(abstract, sizes, rules)
     opt = _shard_bytes(jax.eval_shape(optimizer.init, abstract), sizes, rules)

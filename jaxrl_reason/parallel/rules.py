@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxrl_reason.parallel.mesh import BATCH_AXES, axis_size, batch_shards
+from jaxrl_reason.parallel.mesh import BATCH_AXES, axis_size
 
 Rules = Sequence[tuple[str, tuple]]
 
@@ -280,44 +280,6 @@ def kv_cache_shardings(cache, mesh: Mesh):
         check_divisible(f"kv_cache/v[{i}]", v.shape, specs.v[i], mesh)
     check_divisible("kv_cache/valid", cache.valid.shape, specs.valid, mesh)
     return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, P))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The fused update on a mesh
-
-
-def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_state, batch_example=None, *,
-                        rules: Rules = DEFAULT_RULES, **update_kw):
-    """`train.update.make_update` compiled for the mesh: params and optimizer state stay in their rule
-    shardings across steps (inputs and outputs pinned, both donated), the batch is split by rows, and the
-    metrics come back replicated. XLA's SPMD partitioner inserts the gathers and reduce-scatters.
-
-    batch_example: a batch (or ShapeDtypeStructs) to check row divisibility up front; None accepts any row
-    count that divides data x fsdp (bucketed batches change shape between steps), checked by jit at call time.
-    Returns `(update, param_shardings, opt_shardings, batch_shardings)`.
-    """
-    from jaxrl_reason.train.update import UpdateOutput, make_update, training_compiler_options
-
-    update_kw.setdefault("row_groups", batch_shards(mesh))
-    # Compile options belong to the outermost jit (JAX refuses them on a nested one). XLA's default matmul
-    # kernels unless asked: the "eigen" choice was measured on one device only.
-    matmuls = update_kw.pop("matmuls", "ynn")
-    inner = make_update(graphdef, optimizer, terms, matmuls="ynn", **update_kw)
-    ps = tree_shardings(params, mesh, rules)
-    os_ = tree_shardings(opt_state, mesh, rules)
-    # A single sharding is a pytree prefix for the whole batch: every field split by rows, whatever its rank.
-    bs = NamedSharding(mesh, P(BATCH)) if batch_example is None else batch_sharding(batch_example, mesh)
-    rep = NamedSharding(mesh, P())
-    # `scored` is static and positional: jit takes no keyword arguments once in_shardings is given.
-    jitted = jax.jit(lambda p, o, b, scored: inner(p, o, b, scored=scored), in_shardings=(ps, os_, bs),
-                     out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1), static_argnums=(3,),
-                     compiler_options=training_compiler_options(matmuls))
-
-    def update(params, opt_state, batch, scored=None):
-        return jitted(params, opt_state, batch, scored)
-
-    update.lower = lambda params, opt_state, batch, scored=None: jitted.lower(params, opt_state, batch, scored)
-    return update, ps, os_, bs
 
 
 def init_opt_state(optimizer, params, mesh: Mesh, rules: Rules = DEFAULT_RULES):

@@ -5,18 +5,17 @@ Every estimator is a pure function `rewards [queries, group] -> advantages [quer
 just `valid = False`): invalid slots get advantage 0 and never enter a mean or a standard deviation. A group with
 fewer than two valid members, or whose valid rewards are all equal, carries no learning signal and gets 0.
 
-The estimators are written with `jnp` and jit-able (string options are static); the dynamic-sampling helpers at
-the bottom are host-side numpy, because refilling means calling the sampler again.
+The estimators are written with `jnp` and jit-able (string options are static). DAPO's dynamic sampling, which
+must call the sampler again, lives in the trainer and asks `zero_signal_groups` which groups to drop.
 """
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 Estimator = Callable[..., jax.Array]
 
@@ -38,11 +37,16 @@ def _prepare(rewards, valid):
 
 
 def _signal(rewards, valid):
-    """bool [Q, 1]: >= 2 valid members whose rewards are not all equal. Decided exactly, not from the std,
-    because rounding in the mean leaves ~1e-8 deviations that a std of the same size would inflate."""
-    hi = jnp.where(valid, rewards, -jnp.inf).max(axis=1, keepdims=True)
-    lo = jnp.where(valid, rewards, jnp.inf).min(axis=1, keepdims=True)
-    return (valid.sum(axis=1, keepdims=True) >= 2) & (hi > lo)
+    """bool [Q, 1]: >= 2 valid members whose rewards are not all equal (`zero_signal_groups` negated). Decided
+    exactly, not from the std, because rounding in the mean leaves ~1e-8 deviations that a std of the same size
+    would inflate."""
+    return ~_zero_signal(rewards, valid, 0.0)[:, None]
+
+
+def _zero_signal(rewards, valid, atol):
+    hi = jnp.where(valid, rewards, -jnp.inf).max(axis=1)
+    lo = jnp.where(valid, rewards, jnp.inf).min(axis=1)
+    return (valid.sum(axis=1) < 2) | (hi - lo <= atol)
 
 
 def _group_stats(rewards, valid, ddof):
@@ -136,11 +140,7 @@ def compute_advantages(name: str, rewards, valid=None, **kwargs) -> jax.Array:
 
 def zero_signal_groups(rewards, valid=None, atol: float = 0.0) -> jax.Array:
     """bool [queries]: groups whose valid rewards are all equal (within atol) or that have < 2 valid members."""
-    rewards, valid = _prepare(rewards, valid)
-    hi = jnp.where(valid, rewards, -jnp.inf).max(axis=1)
-    lo = jnp.where(valid, rewards, jnp.inf).min(axis=1)
-    n = valid.sum(axis=1)
-    return (n < 2) | (hi - lo <= atol)
+    return _zero_signal(*_prepare(rewards, valid), atol)
 
 
 def group_metrics(rewards, valid=None, advantages=None, *, atol: float = 0.0) -> dict[str, jax.Array]:
@@ -164,82 +164,4 @@ def group_metrics(rewards, valid=None, advantages=None, *, atol: float = 0.0) ->
         a = jnp.asarray(advantages, jnp.float32)
         chex.assert_equal_shape([a, r])
         out["advantage_abs_mean"] = jnp.where(v, jnp.abs(a), 0.0).sum() / jnp.maximum(nv, 1.0)
-    return out
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# DAPO dynamic sampling (host side, numpy)
-
-
-def informative_groups(rewards, valid=None, atol: float = 0.0) -> np.ndarray:
-    """bool [queries]: True for groups that carry signal (at least two valid rewards that differ)."""
-    rewards = np.asarray(rewards, np.float32)
-    if rewards.ndim != 2:
-        raise ValueError(f"rewards must be [queries, group], got shape {rewards.shape}")
-    valid = np.ones(rewards.shape, bool) if valid is None else np.asarray(valid, bool)
-    if valid.shape != rewards.shape:
-        raise ValueError(f"valid has shape {valid.shape} but rewards has {rewards.shape}; they must match")
-    hi = np.where(valid, rewards, -np.inf).max(axis=1)
-    lo = np.where(valid, rewards, np.inf).min(axis=1)
-    return (valid.sum(axis=1) >= 2) & (hi - lo > atol)
-
-
-class RefillPlan(NamedTuple):
-    """Where each of the batch's group slots comes from after a refill.
-
-    source:    int8 [queries] — 0: keep the batch's own group at `index`, 1: take pool group `index`.
-    index:     int64 [queries] — row into the batch (source 0) or into the pool (source 1).
-    missing:   zero-signal slots the pool could not replace (they keep their original group); when > 0 the
-               trainer samples more groups and calls `refill` again on the result of `apply_refill`.
-    pool_used: how many pool groups were taken (the first informative ones, in pool order).
-    """
-
-    source: np.ndarray
-    index: np.ndarray
-    missing: int
-    pool_used: int
-
-
-def refill(rewards, valid, pool_rewards, pool_valid=None, *, atol: float = 0.0) -> RefillPlan:
-    """Replaces zero-signal groups of a batch by informative groups from a pool of extra groups.
-
-    rewards, valid:           [queries, group] of the current batch (valid may be None).
-    pool_rewards, pool_valid: [pool, group] of freshly sampled extra groups (same group width; pad with
-                              valid=False). Zero-signal pool groups are skipped.
-    Informative batch groups stay in place, so the result keeps the batch's order where it can.
-    """
-    rewards = np.asarray(rewards, np.float32)
-    pool_rewards = np.asarray(pool_rewards, np.float32)
-    if pool_rewards.ndim != 2 or (pool_rewards.size and pool_rewards.shape[1] != rewards.shape[1]):
-        raise ValueError(
-            f"pool_rewards has shape {pool_rewards.shape} but the batch groups are {rewards.shape}; the pool must "
-            "be [pool, group] with the same group width (pad with pool_valid=False)"
-        )
-    keep = informative_groups(rewards, valid, atol)
-    q = rewards.shape[0]
-    source = np.zeros((q,), np.int8)
-    index = np.arange(q, dtype=np.int64)
-    if pool_rewards.shape[0]:
-        donors = np.flatnonzero(informative_groups(pool_rewards, pool_valid, atol))
-    else:
-        donors = np.zeros((0,), np.int64)
-    holes = np.flatnonzero(~keep)
-    used = min(len(holes), len(donors))
-    source[holes[:used]] = 1
-    index[holes[:used]] = donors[:used]
-    return RefillPlan(source=source, index=index, missing=int(len(holes) - used), pool_used=int(used))
-
-
-def apply_refill(plan: RefillPlan, batch_values, pool_values) -> np.ndarray:
-    """Gathers any per-group array ([queries, ...] from the batch, [pool, ...] from the pool) by the plan."""
-    batch_values = np.asarray(batch_values)
-    pool_values = np.asarray(pool_values)
-    if batch_values.shape[0] != plan.source.shape[0]:
-        raise ValueError(f"batch_values has {batch_values.shape[0]} groups, the plan has {plan.source.shape[0]}")
-    if batch_values.shape[1:] != pool_values.shape[1:] and pool_values.shape[0]:
-        raise ValueError(f"batch_values {batch_values.shape} and pool_values {pool_values.shape} differ after axis 0")
-    out = batch_values.copy()
-    take = plan.source == 1
-    if np.any(take):
-        out[take] = pool_values[plan.index[take]]
     return out

@@ -31,14 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_reason.buckets import LENGTH_BUCKETS, SCORED_BUCKETS, length_bucket, row_bucket
+
 # Task registry: rows carry an int id so one jitted update serves all methods; per-task metrics use the names.
 TASKS: dict[str, int] = {"solve": 0, "verify": 1, "critique": 2, "guided_solve": 3, "correct": 4}
 # Rows added only to fill a shape (pad_rows_to, concat) belong to no task and never enter any term or metric.
 PAD_TASK_ID = -1
 
-# Steps of ~1.25x: at most ~25% padding, and few enough shapes that the jitted update compiles a handful of times.
-DEFAULT_BUCKETS: tuple[int, ...] = tuple(sorted({b * 2**k for k in range(0, 12) for b in (32, 40, 48, 56)
-                                              if b * 2**k <= 65536}))
 
 Array = Union[np.ndarray, jax.Array]
 
@@ -157,14 +156,6 @@ def validate_token_batch(batch: TokenBatch) -> TokenBatch:
     return batch
 
 
-def length_bucket(n: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> int:
-    """The smallest bucket >= n, so jitted updates see few distinct shapes."""
-    for L in sorted(buckets):
-        if L >= n:
-            return int(L)
-    raise ValueError(f"sequence length {n} exceeds the largest length bucket {max(buckets)}; pass larger buckets")
-
-
 def _per_token(value: Any, n: int, field: str, row: int) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float32)
     if arr.ndim == 0:
@@ -187,7 +178,7 @@ def build_token_batch(
     ref_logprobs: Optional[Sequence[Sequence[float]]] = None,
     completion_masks: Optional[Sequence[Sequence[float]]] = None,
     length: Optional[int] = None,
-    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    buckets: Sequence[int] = LENGTH_BUCKETS,
     pad_id: int = 0,
 ) -> TokenBatch:
     """Builds a right-padded, one-sequence-per-row TokenBatch (numpy leaves) on the host.
@@ -297,24 +288,6 @@ def concat_batches(batches: Sequence[TokenBatch]) -> TokenBatch:
     return jax.tree.map(lambda *xs: xp.concatenate(xs, axis=0), *padded)
 
 
-_ROW_STEPS = (1, 2, 3, 4, 5, 6, 7, 8)
-
-
-def row_bucket(rows: int, multiple: int = 1) -> int:
-    """The smallest row count >= `rows` of the form `multiple * m * 2**e` with m in 1..8 (under 25% filler).
-
-    Methods whose row count changes from step to step (RL^V's class-balanced verify rows, DAPO refills) would
-    otherwise hand the jitted update a new shape, and a recompilation, almost every step."""
-    if rows < 1 or multiple < 1:
-        raise ValueError(f"row_bucket: rows and multiple must be >= 1, got {rows}, {multiple}")
-    units = -(-rows // multiple)
-    scale = 1
-    while units > 8 * scale:
-        scale *= 2
-    m = next(k for k in _ROW_STEPS if k * scale >= units)
-    return multiple * m * scale
-
-
 def pad_rows_to(batch: TokenBatch, multiple: int, *, bucket: bool = False) -> TokenBatch:
     """Appends filler rows (task PAD_TASK_ID, all padding) so the row count is a multiple of `multiple` -- with
     `bucket`, the next `row_bucket` size, so that a varying row count reuses a few compiled shapes."""
@@ -334,11 +307,6 @@ def pad_rows_to(batch: TokenBatch, multiple: int, *, bucket: bool = False) -> To
         fill = PAD_TASK_ID if f == "task_id" else 0
         out[f] = xp.concatenate([x, xp.full((extra,) + tuple(x.shape[1:]), fill, x.dtype)], axis=0)
     return TokenBatch(**out)
-
-
-# Positions the LM head is evaluated at per row group: small sizes too, since a block of verify rows trains on one
-# token each.
-SCORED_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 24) + DEFAULT_BUCKETS
 
 
 def scored_size(batch: TokenBatch, micro_batches: int = 1, row_groups: int = 1,

@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_reason.rl.batch import _TIME_FIELDS, DEFAULT_BUCKETS, TokenBatch, length_bucket, row_bucket
+from jaxrl_reason.buckets import PREFIX_BUCKETS, length_bucket, row_bucket
+from jaxrl_reason.rl.batch import _TIME_FIELDS, TokenBatch
 
 # Prompts and continuations are often short; steps of 8 below the TokenBatch buckets keep the padding small.
-PREFIX_BUCKETS: tuple[int, ...] = (8, 16, 24) + DEFAULT_BUCKETS
 
 
 class SharedPrefixBatch(NamedTuple):

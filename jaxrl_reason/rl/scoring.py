@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.models.qwen2 import Qwen2, dense, positions_from_mask
-from jaxrl_reason.sampling.sampler import bucket_length
 from jaxrl_reason.rl.batch import TASKS, TokenBatch, build_token_batch, pad_rows_to
 from jaxrl_reason.rl.prefix import SharedPrefixBatch
 
@@ -348,7 +348,7 @@ def _end_logprobs(graphdef, state, tokens, lengths, ids):
 def _batch_rows(n: int, batch_size: int) -> int:
     """Rows per compiled batch: `batch_size`, or the next power of two >= n when everything fits in one batch,
     so a small call does not pay for a full batch but still reuses a few shapes."""
-    return min(batch_size, bucket_length(n, 1))
+    return min(batch_size, power_of_two(n, 1))
 
 
 def token_logprobs_at_end(model: Qwen2, prompts: Sequence[Sequence[int]], token_ids: Sequence[int], *,
@@ -382,7 +382,7 @@ def token_logprobs_at_end(model: Qwen2, prompts: Sequence[Sequence[int]], token_
     order = np.argsort(-lengths, kind="stable")
     for start in range(0, n, rows):
         chunk = order[start:start + rows]
-        width = min(bucket_length(int(lengths[chunk].max())), max(limit, 1))
+        width = min(power_of_two(int(lengths[chunk].max())), max(limit, 1))
         tokens = np.full((rows, width), pad_id, np.int32)
         lens = np.ones((rows,), np.int32)  # filler rows: one pad token, discarded
         for r, i in enumerate(chunk):

@@ -19,7 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxrl_reason.buckets import power_of_two, sampler_rows
 from jaxrl_reason.models.qwen2 import KVCache, Qwen2, decode_layers, decode_step, positions_from_mask
+from jaxrl_reason.parallel.mesh import batch_shards, to_host
+from jaxrl_reason.parallel.rules import BATCH, as_sharded, kv_cache_shardings
 from jaxrl_reason.sampling.logits import sample_with_uniform
 
 FINISH_EOS, FINISH_STOP, FINISH_LENGTH = 0, 1, 2
@@ -65,20 +70,6 @@ class _Carry(NamedTuple):
     positions: jax.Array  # [N] position id of the next token
     step: jax.Array  # [] int32
     key: jax.Array  # the call's key; step t draws from a table made from it (same draws however decode is chunked)
-
-
-def bucket_length(n: int, minimum: int = 16) -> int:
-    """Next power of two >= n (at least `minimum`), so a new prompt length rarely means a new compile."""
-    b = minimum
-    while b < n:
-        b *= 2
-    return b
-
-
-def bucket_batch(n: int) -> int:
-    if n <= 64:
-        return bucket_length(n, 1)
-    return -(-n // 64) * 64
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens", "mesh"))
@@ -159,8 +150,8 @@ def _as_prompt_batch(prompts, pad_id: int, max_context: int, max_new_tokens: int
             raise ValueError(
                 f"sample(): prompt {i} has {len(p)} tokens; with max_new_tokens={max_new_tokens} that exceeds the "
                 f"model context of {max_context} positions. Shorten the prompt or lower max_new_tokens.")
-    b = bucket_batch(len(ragged))
-    l = bucket_length(max(len(p) for p in ragged))
+    b = sampler_rows(len(ragged))
+    l = power_of_two(max(len(p) for p in ragged))
     tokens = np.full((b, l), pad_id, np.int32)
     lengths = np.ones((b,), np.int32)  # filler rows: one pad token, discarded afterwards
     for i, p in enumerate(ragged):
@@ -191,8 +182,6 @@ def cut_at_stop_strings(tokens: np.ndarray, lengths: np.ndarray, stop_strings: S
 
 
 def _pin_cache(cache: KVCache, mesh) -> KVCache:
-    from jaxrl_reason.parallel.rules import kv_cache_shardings
-
     return jax.lax.with_sharding_constraint(cache, kv_cache_shardings(cache, mesh))
 
 
@@ -201,17 +190,11 @@ def _on_mesh(x, mesh, *, rows: bool = True):
     devices' slices from its own identical copy."""
     if mesh is None:
         return jnp.asarray(x)
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
-    from jaxrl_reason.parallel.rules import BATCH, as_sharded
-
     return as_sharded(x, NamedSharding(mesh, P(BATCH) if rows and np.ndim(x) else P()))
 
 
 def _pad_rows_for_mesh(tokens, lengths, pad_id: int, mesh):
     """Filler prompts (one pad token each, discarded afterwards) until the rows divide over data x fsdp."""
-    from jaxrl_reason.parallel.mesh import batch_shards
-
     extra = (-tokens.shape[0]) % batch_shards(mesh)
     if not extra:
         return tokens, lengths
@@ -220,8 +203,6 @@ def _pad_rows_for_mesh(tokens, lengths, pad_id: int, mesh):
 
 
 def _carry_on_mesh(carry: _Carry, mesh) -> _Carry:
-    from jaxrl_reason.parallel.rules import as_sharded, kv_cache_shardings
-
     rows = {f: _on_mesh(getattr(carry, f), mesh) for f in _Carry._fields if f not in ("cache", "step", "key")}
     return carry._replace(cache=as_sharded(carry.cache, kv_cache_shardings(carry.cache, mesh)),
                           step=_on_mesh(carry.step, mesh, rows=False), key=_on_mesh(carry.key, mesh, rows=False),
@@ -229,8 +210,6 @@ def _carry_on_mesh(carry: _Carry, mesh) -> _Carry:
 
 
 def _host(x) -> np.ndarray:
-    from jaxrl_reason.parallel.mesh import to_host
-
     return to_host(x)
 
 
@@ -327,35 +306,3 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     keep = n_prompts * num_samples
     return SampleOutput(out_tokens[:keep], out_lp[:keep], out_slp[:keep], out_len[:keep], finish[:keep],
                         np.repeat(np.arange(n_prompts, dtype=np.int32), num_samples))
-
-
-def sequence_logprobs(model: Qwen2, prompt: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                      state=None, temperature: float = 1.0) -> list:
-    """Reference per-token log-probs of each completion given its prompt by one fresh forward pass, under
-    softmax(logits / temperature) (a test reference for the sampler and the trainer)."""
-    graphdef, own = nnx.split(model)
-    state = own if state is None else state
-    seqs = [list(p) + list(c) for p, c in zip(prompt, completions)]
-    t = bucket_length(max(map(len, seqs)))
-    toks = np.zeros((len(seqs), t), np.int32)
-    seg = np.zeros((len(seqs), t), np.int32)
-    for i, s in enumerate(seqs):
-        toks[i, :len(s)] = s
-        seg[i, :len(s)] = 1
-    lp = np.asarray(_forward_logprobs(graphdef, state, jnp.asarray(toks), jnp.asarray(seg),
-                                      jnp.float32(temperature)))
-    out = []
-    for i, (p, c) in enumerate(zip(prompt, completions)):
-        out.append(lp[i, len(p) - 1:len(p) - 1 + len(c)])
-    return out
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _forward_logprobs(graphdef, state, tokens, segment_ids, temperature):
-    """log p_T(tokens[:, t+1] | tokens[:, :t+1]) as [B, T] (the last column is meaningless)."""
-    model = nnx.merge(graphdef, state)
-    pos = positions_from_mask(segment_ids)
-    logits = model(tokens, pos, segment_ids)
-    lp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
-    nxt = jnp.concatenate([tokens[:, 1:], tokens[:, :1]], axis=1)
-    return jnp.take_along_axis(lp, nxt[..., None], axis=-1)[..., 0]

@@ -5,7 +5,7 @@ import json
 import math
 import os
 import time
-from typing import Mapping, Optional
+from typing import Mapping
 
 import numpy as np
 
@@ -69,9 +69,3 @@ def read_metrics(logdir: str) -> list[dict]:
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def progress_bar(total: int, desc: str, *, initial: int = 0, disable: Optional[bool] = None):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True, disable=disable, leave=True)

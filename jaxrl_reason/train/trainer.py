@@ -31,14 +31,15 @@ from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size, split_mini_batches
-from jaxrl_reason.rl.losses import needs_reference, scoring_temperatures, sft_spec
+from jaxrl_reason.rl.losses import needs_reference, nonfinite_terms, scoring_temperatures, sft_spec
 from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
-from jaxrl_reason.train.metrics import MetricsWriter, progress_bar
+from jaxrl_reason.progress import progress_bar
+from jaxrl_reason.train.metrics import MetricsWriter
 from jaxrl_reason.train.state import TrainState, init_state, make_optimizer
 from jaxrl_reason.rl.scoring import reference_logprobs
-from jaxrl_reason.train.update import make_update
+from jaxrl_reason.train.update import make_sharded_update, make_update
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -178,7 +179,7 @@ class Trainer:
         else:
             params = prules.as_sharded(params, prules.param_shardings(model, mesh, rules))
             opt_state = prules.init_opt_state(self.optimizer, params, mesh, rules)
-            self.update, *_ = prules.make_sharded_update(self.graphdef, self.optimizer, self.terms, mesh, params,
+            self.update, *_ = make_sharded_update(self.graphdef, self.optimizer, self.terms, mesh, params,
                                                          opt_state, rules=rules, **update_kw)
             self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
             self.state = TrainState(self._replicated(jnp.zeros((), jnp.int32)), params, opt_state,
@@ -252,7 +253,7 @@ class Trainer:
         while n_kept < q and rounds <= self.cfg.dynamic_sampling_max_rounds:
             r = self.rollouts(next(self.data), jax.random.fold_in(key, rounds))
             drawn += len(r.examples)
-            keep = adv_lib.informative_groups(r.rewards)
+            keep = ~np.asarray(adv_lib.zero_signal_groups(r.rewards))
             if keep.any():
                 kept.append(_select_groups(r, np.nonzero(keep)[0][:q - n_kept]))
                 n_kept += int(min(keep.sum(), q - n_kept))
@@ -299,19 +300,13 @@ class Trainer:
         for it in range(c.num_iterations):
             for j, (mb, scored) in enumerate(prepared):
                 out = self.update(params, opt_state, mb, scored=scored)
-                bad = [k for k, v in out.finite.items() if not bool(v)]
-                if bad:
+                if refused(out):
                     # The update was not applied (the jitted step keeps the old params); nothing is checkpointed.
                     self.state = TrainState(self.state.step, out.params, out.opt_state, self.state.key)
-                    if bad == ["scored_positions"]:
-                        raise ValueError(f"step {step}: the update was given scored={scored}, fewer than the "
-                                         "trained positions of some row group; compute it with rl.batch.scored_size "
-                                         "on the padded batch")
-                    raise NonFiniteLossError(
-                        f"step {step} (epoch {it + 1}/{c.num_iterations}, mini-batch {j + 1}/{len(prepared)}): "
-                        f"non-finite value in {', '.join(bad)} (loss terms: {', '.join(t.name for t in self.terms)});"
-                        f" the update was not applied and the last good checkpoint (step {self.ckpt.latest_step()}) "
-                        "is intact. Lower the learning rate or check the rewards/advantages of this batch.")
+                    raise_refused(out, f"step {step} (epoch {it + 1}/{c.num_iterations}, mini-batch {j + 1}/"
+                                  f"{len(prepared)})", scored=scored, terms=self.terms,
+                                  after=f"the last good checkpoint (step {self.ckpt.latest_step()}) is intact. Lower "
+                                  "the learning rate or check the rewards/advantages of this batch")
                 params, opt_state = out.params, out.opt_state
                 per_update.append(out.metrics)
         jax.block_until_ready(params)
@@ -454,13 +449,28 @@ def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: C
     return build_token_batch(prompts, targets, [0.0] * len(examples), None, "solve", pad_id=tokenizer.pad_id)
 
 
+def refused(out) -> list[str]:
+    """The flags of an UpdateOutput that refused the step (empty when it was applied)."""
+    return nonfinite_terms(out.finite)
+
+
+def raise_refused(out, where: str, *, scored: Optional[int] = None, terms=(), after: str = "lower the lr"):
+    """The one error for a refused update (the jitted update kept the old params): a ValueError for an undersized
+    `scored`, else NonFiniteLossError naming `where`, the non-finite terms and what to do `after`."""
+    bad = refused(out)
+    if bad == ["scored_positions"]:
+        raise ValueError(f"{where}: the update was given scored={scored}, fewer than the trained positions of some "
+                         "row group; compute it with rl.batch.scored_size on the padded batch")
+    names = f" (loss terms: {', '.join(t.name for t in terms)})" if terms else ""
+    raise NonFiniteLossError(f"{where}: non-finite value in {', '.join(bad)}{names}; the update was not applied; "
+                             f"{after}.")
+
+
 def checked_update(update, params, opt_state, batch, *, where: str, scored: Optional[int] = None):
-    """One supervised update; raises NonFiniteLossError naming `where` and the terms when it was refused (the
-    jitted update keeps the old params then)."""
+    """One supervised update; raises (`raise_refused`) naming `where` and the terms when it was refused."""
     out = update(params, opt_state, batch, scored=scored)
-    bad = [k for k, v in out.finite.items() if not bool(v)]
-    if bad:
-        raise NonFiniteLossError(f"{where}: non-finite value in {', '.join(bad)}; lower the lr")
+    if refused(out):
+        raise_refused(out, where, scored=scored)
     return out
 
 
@@ -479,7 +489,7 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     else:
         params = prules.as_sharded(params, prules.param_shardings(model, mesh, rules))
         opt_state = prules.init_opt_state(opt, params, mesh, rules)
-        update, *_ = prules.make_sharded_update(graphdef, opt, terms, mesh, params, opt_state, rules=rules,
+        update, *_ = make_sharded_update(graphdef, opt, terms, mesh, params, opt_state, rules=rules,
                                                 micro_batches=micro_batches)
     row_multiple = micro_batches * (1 if mesh is None else pmesh.batch_shards(mesh))
     data = DataIterator(list(examples), batch_size, seed=seed)

@@ -8,8 +8,11 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
 
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jaxrl_reason.parallel.mesh import batch_shards
+from jaxrl_reason.parallel.rules import BATCH, DEFAULT_RULES, Rules, batch_sharding, tree_shardings
 from jaxrl_reason.rl.batch import TokenBatch, stack_micro_batches
 from jaxrl_reason.rl.losses import (TermSpec, batch_counts, counts_metrics, finite_flags, objective, safe_divide,
                                     scoring_temperatures, tree_is_finite)
@@ -47,7 +50,7 @@ def training_compiler_options(matmuls: str = "auto") -> dict:
     XLA's default, "auto" is "eigen" on CPU and nothing elsewhere. On the 2-core benchmark machine the update of
     `bench_train_step.py` ran ~15% faster with "eigen" (`python experiments/profile_update.py --matmuls
     eigen|ynn`), while the sampler's decode-sized matmuls are faster with YNNPACK: so the option is per jitted
-    function, not a process-wide XLA_FLAGS. `parallel.rules.make_sharded_update` defaults to "ynn"."""
+    function, not a process-wide XLA_FLAGS. `make_sharded_update` defaults to "ynn"."""
     if matmuls not in ("auto", "eigen", "ynn"):
         raise ValueError(f"matmuls must be 'auto', 'eigen' or 'ynn', got {matmuls!r}")
     if matmuls == "ynn" or (matmuls == "auto" and jax.default_backend() != "cpu"):
@@ -118,3 +121,39 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         return UpdateOutput(keep(new_params, params), keep(new_opt, opt_state), metrics, flags)
 
     return update
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The fused update on a mesh
+
+
+def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_state, batch_example=None, *,
+                        rules: Rules = DEFAULT_RULES, **update_kw):
+    """`train.update.make_update` compiled for the mesh: params and optimizer state stay in their rule
+    shardings across steps (inputs and outputs pinned, both donated), the batch is split by rows, and the
+    metrics come back replicated. XLA's SPMD partitioner inserts the gathers and reduce-scatters.
+
+    batch_example: a batch (or ShapeDtypeStructs) to check row divisibility up front; None accepts any row
+    count that divides data x fsdp (bucketed batches change shape between steps), checked by jit at call time.
+    Returns `(update, param_shardings, opt_shardings, batch_shardings)`.
+    """
+    update_kw.setdefault("row_groups", batch_shards(mesh))
+    # Compile options belong to the outermost jit (JAX refuses them on a nested one). XLA's default matmul
+    # kernels unless asked: the "eigen" choice was measured on one device only.
+    matmuls = update_kw.pop("matmuls", "ynn")
+    inner = make_update(graphdef, optimizer, terms, matmuls="ynn", **update_kw)
+    ps = tree_shardings(params, mesh, rules)
+    os_ = tree_shardings(opt_state, mesh, rules)
+    # A single sharding is a pytree prefix for the whole batch: every field split by rows, whatever its rank.
+    bs = NamedSharding(mesh, P(BATCH)) if batch_example is None else batch_sharding(batch_example, mesh)
+    rep = NamedSharding(mesh, P())
+    # `scored` is static and positional: jit takes no keyword arguments once in_shardings is given.
+    jitted = jax.jit(lambda p, o, b, scored: inner(p, o, b, scored=scored), in_shardings=(ps, os_, bs),
+                     out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1), static_argnums=(3,),
+                     compiler_options=training_compiler_options(matmuls))
+
+    def update(params, opt_state, batch, scored=None):
+        return jitted(params, opt_state, batch, scored)
+
+    update.lower = lambda params, opt_state, batch, scored=None: jitted.lower(params, opt_state, batch, scored)
+    return update, ps, os_, bs

@@ -33,7 +33,8 @@ from jaxrl_reason.methods.rlv import balanced_indices
 from jaxrl_reason.rl.batch import build_token_batch, concat_batches, pad_rows_to, scored_size
 from jaxrl_reason.rl.losses import sft_spec
 from jaxrl_reason.sampling.sampler import sample
-from jaxrl_reason.train.metrics import MetricsWriter, progress_bar
+from jaxrl_reason.progress import progress_bar
+from jaxrl_reason.train.metrics import MetricsWriter
 from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import checked_update, render_solve_prompts, score_rows, sft_rows
 from jaxrl_reason.train.update import make_update
