@@ -32,7 +32,7 @@ setup(
                  "accelerate>=1.1"],  # accelerate: transformers' own GGUF loader, the reference in tests
         # tensorflow-datasets builder for local files (works without TensorFlow, array_record format)
         "tfds": ["tensorflow-datasets>=4.9.8"],
-        # the peer baseline in experiments/bench_train_step.py --trl (versions of ../shared/peers/trl)
+        # the peer baseline in experiments/bench/train_step.py --trl (versions of ../shared/peers/trl)
         "bench": ["torch==2.13.0", "trl==1.16.0", "accelerate==1.15.0", "datasets==5.2.0"],
     },
 )

@@ -11,38 +11,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from jaxrl_reason.models.hf_port import config_from_hf  # noqa: E402
-from jaxrl_reason.parallel.memory import GiB, BatchSettings, parse_mesh, plan  # noqa: E402
-from jaxrl_reason.parallel.rules import ShardingError  # noqa: E402
-
-# config.json fields of the models the launch configs use (so planning needs no download).
-PRESETS = {
-    "qwen2.5-math-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                              num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=4096,
-                              rope_theta=10000.0, tie_word_embeddings=True, model_type="qwen2"),
-    "qwen2.5-7b-instruct": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                                num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
-                                rope_theta=1e6, tie_word_embeddings=False, model_type="qwen2"),
-}
-
-
-def load_model_config(name: str, param_dtype: str, dtype: str):
-    if name.lower() in PRESETS:
-        hf = PRESETS[name.lower()]
-    else:
-        path = os.path.join(name, "config.json") if os.path.isdir(name) else name
-        if not os.path.isfile(path):
-            raise SystemExit(f"--model {name!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json / HF "
-                             "directory")
-        with open(path) as f:
-            hf = json.load(f)
-    return config_from_hf(hf, param_dtype=param_dtype, dtype=dtype)
+from jaxrl_reason.models.presets import PRESETS, load_model_config
+from jaxrl_reason.parallel.memory import GiB, BatchSettings, parse_mesh, plan
+from jaxrl_reason.parallel.rules import ShardingError
 
 
 def main(argv=None) -> int:
@@ -65,7 +38,10 @@ def main(argv=None) -> int:
     if args.list:
         print("\n".join(PRESETS))
         return 0
-    cfg = load_model_config(args.model, args.param_dtype, args.dtype)
+    try:
+        cfg = load_model_config(args.model, args.param_dtype, args.dtype)
+    except ValueError as e:
+        raise SystemExit(f"--{e}")
     if args.devices is None and "-1" in args.mesh:
         raise SystemExit("--mesh uses -1: pass --devices N so the remaining axis size can be resolved")
     batch = BatchSettings(args.train_rows, args.train_length, args.sample_rows, args.sample_length,

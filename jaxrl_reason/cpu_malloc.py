@@ -4,7 +4,7 @@ Why: XLA:CPU allocates every temporary of a jitted call afresh through malloc, a
 with a new mmap each time, so each call page-faults its activations in 4 KiB at a time. On the 2-core
 benchmark machine a GRPO update (8 x 8 rows of 80 tokens, 5M parameters) spent ~0.4 s of 2.6 s on those
 faults. With `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (glibc >= 2.35) malloc asks for transparent huge pages
-(`madvise`), and the same update takes ~2.0 s; `experiments/bench_train_step.py` measures the whole step.
+(`madvise`), and the same update takes ~2.0 s; `experiments/bench/train_step.py` measures the whole step.
 
 The tunable is read by the dynamic loader, so it cannot be switched on from inside a running Python process:
 `reexec_with_huge_pages()` restarts the script with it, before anything heavy is imported. It does nothing

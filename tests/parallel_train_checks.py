@@ -108,10 +108,8 @@ def group_trainer(res, tokenizer):
 
 def group_train_script(res, tokenizer):
     """experiments/train.py's run() with config.parallel.mesh_shape set, end to end on (2, 2, 2)."""
-    sys.path.insert(0, os.path.join(HERE, "..", "experiments"))
-    import train as train_script
-    from configs import tiny_default
-
+    from jaxrl_reason.configs.tiny_default import get_config as tiny_default
+    from jaxrl_reason.experiment.pipeline import run
     from jaxrl_reason.train import trainer as trainer_mod
 
     seen = {}
@@ -123,7 +121,7 @@ def group_train_script(res, tokenizer):
         close(self)
 
     trainer_mod.Trainer.close = spy_close
-    cfg = tiny_default.get_config()
+    cfg = tiny_default()
     cfg.workdir = tempfile.mkdtemp()
     cfg.data.train_size, cfg.data.heldout_size = 300, 8
     cfg.data.min_operands = cfg.data.max_operands = 2
@@ -136,7 +134,7 @@ def group_train_script(res, tokenizer):
     cfg.rl.progress = False
     cfg.parallel.mesh_shape = {"data": 2, "fsdp": 2, "tp": 2}
     try:
-        results = train_script.run(cfg)
+        results = run(cfg)
     finally:
         trainer_mod.Trainer.close = close
     rows = [json.loads(x) for x in open(os.path.join(cfg.workdir, "logs", "metrics.jsonl"))]

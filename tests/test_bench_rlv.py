@@ -1,12 +1,13 @@
-"""experiments/bench_rlv.py: which arm each of issue #4's checks compares against, and the three arms' training."""
+"""experiments/research/bench_rlv.py: which arm each of issue #4's checks compares against, and the three arms'
+training."""
 import json
 import os
 import sys
 
 import pytest
 
-EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments")
-sys.path.insert(0, EXPERIMENTS)
+RESEARCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "research")
+sys.path.insert(0, RESEARCH)
 os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
 import bench_rlv  # noqa: E402
 
@@ -44,10 +45,8 @@ def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
     assert table.count("| 1.5 of 4 | 1 | 75.0 | 25.0 | 3.00 | 1.10 | 0.0 | 0.5 |") == 3
 
 
-TINY_CONFIG = f"""
-import sys
-sys.path.insert(0, {os.path.join(EXPERIMENTS, "configs")!r})
-from rlv import get_config as rlv_config
+TINY_CONFIG = """
+from jaxrl_reason.configs.rlv import get_config as rlv_config
 
 
 def get_config():

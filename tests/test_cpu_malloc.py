@@ -49,11 +49,14 @@ def test_a_script_restarts_once_with_the_tunable_and_its_arguments(tmp_path):
 
 
 def test_importing_an_entry_point_does_not_restart_the_importer(tmp_path):
+    entry = tmp_path / "entry.py"  # what every script under experiments/ starts with
+    entry.write_text("from jaxrl_reason.cpu_malloc import reexec_with_huge_pages\nreexec_with_huge_pages()\n")
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(f"""
         import importlib.util, os, sys
+        sys.path.insert(0, {REPO!r})
         print("start", flush=True)
-        spec = importlib.util.spec_from_file_location("bench", {os.path.join(REPO, "experiments", "bench_sampler.py")!r})
+        spec = importlib.util.spec_from_file_location("entry", {str(entry)!r})
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
         print("imported", os.environ.get("GLIBC_TUNABLES"))
     """))

@@ -5,7 +5,6 @@ The method is driven by a scripted sampler (critiques, hints and guided solution
 chooses) and a tiny real model for the log-prob recomputation and the update."""
 import dataclasses
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -444,16 +443,19 @@ def test_one_update_raises_the_replayed_solution_under_the_plain_prompt(built, m
 # ------------------------------------------------------------------------------------------ configs, train
 
 
-def _configs():
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
-    from configs import cure, cure_qwen25_7b_4gpu
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "configs")
 
-    return cure, cure_qwen25_7b_4gpu
+
+def _configs():
+    """get_config of experiments/configs/cure.py and cure_qwen25_7b_4gpu.py, loaded as train.py loads them."""
+    from jaxrl_reason.configs import load_config_file
+
+    return [lambda n=n: load_config_file(os.path.join(CONFIGS, n)) for n in ("cure.py", "cure_qwen25_7b_4gpu.py")]
 
 
 def test_configs_build_the_method():
-    for mod in _configs():
-        cfg = mod.get_config()
+    for get_config in _configs():
+        cfg = get_config()
         m = make_method({**cfg.method.to_dict(), "max_len": cfg.rl.max_new_tokens})
         assert isinstance(m, CURE)
         assert m.critique_acc_range == (0.0, 0.9) and m.replay_acc_range == (0.0, 0.0)
@@ -464,13 +466,11 @@ def test_configs_build_the_method():
 
 @pytest.mark.slow
 def test_cure_trains_end_to_end_through_train_py(tmp_path):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
     import json
 
-    import train as train_script
+    from jaxrl_reason.experiment.pipeline import run
 
-    cure_cfg, _ = _configs()
-    cfg = cure_cfg.get_config()
+    cfg = _configs()[0]()
     cfg.workdir = str(tmp_path / "run")
     cfg.data.train_size, cfg.data.heldout_size = 300, 8
     cfg.model.hidden_size, cfg.model.num_hidden_layers, cfg.model.intermediate_size = 32, 2, 64
@@ -481,7 +481,7 @@ def test_cure_trains_end_to_end_through_train_py(tmp_path):
     # when a correct sample exists, the wrong half only when none does).
     cfg.method.extra.critique_batch_size = 8
     cfg.rl.progress = False
-    results = train_script.run(cfg)
+    results = run(cfg)
     assert "after" in results
     rows = [json.loads(x) for x in open(os.path.join(cfg.workdir, "logs", "metrics.jsonl"))]
     rows = [r for r in rows if "loss/total" in r]

@@ -11,8 +11,8 @@ from jaxrl_reason.data.datasets import write_jsonl
 from jaxrl_reason.data.prompts import solve_prompt, verify_prompt
 from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
 from jaxrl_reason.inference import estimators as est
-from jaxrl_reason.inference.test_time import (STRATEGY_LABELS, accuracy_curves, best_of_n_chance, evaluate,
-                                              verifier_quality, vote_headroom)
+from jaxrl_reason.inference.diagnostics import best_of_n_chance, verifier_quality, vote_headroom
+from jaxrl_reason.inference.test_time import STRATEGY_LABELS, accuracy_curves, evaluate
 from jaxrl_reason.rewards.base import RewardResult
 
 ROOT = Path(__file__).resolve().parents[1]

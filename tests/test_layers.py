@@ -9,7 +9,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # Lowest first. A module may import its own subpackage and any lower layer, never a higher one.
 LAYERS = (
-    ("tokenization", "rewards", "cpu_malloc", "buckets", "progress"),
+    ("tokenization", "rewards", "cpu_malloc", "buckets", "progress", "knobs"),
     ("data",),
     ("models",),
     ("parallel",),
@@ -18,6 +18,8 @@ LAYERS = (
     ("inference",),
     ("methods",),
     ("train",),
+    ("experiment",),  # what experiments/ shares: the typed run config, data sources, model I/O, warm-ups, a run
+    ("configs",),  # run presets (experiments/configs/ points at them)
 )
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 
@@ -75,7 +77,8 @@ def test_imports_never_go_up_a_layer():
             if dst is None or dst == src:
                 continue
             if RANK[dst] > RANK[src]:
-                bad.append(f"{mod}:{line} imports {target} ({dst} is above {src}){' inside a function' if lazy else ''}")
+                where = " inside a function" if lazy else ""
+                bad.append(f"{mod}:{line} imports {target} ({dst} is above {src}){where}")
     assert not bad, "imports that run back up the layers:\n" + "\n".join(bad)
 
 

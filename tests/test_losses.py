@@ -490,7 +490,7 @@ def test_objective_per_task_metrics_and_restriction(mlp_setup):
     params, batch = mlp_setup
     terms = _terms("token_mean")
     lp = model_logprobs(mlp_logits, params, batch)
-    ent = S.next_token_entropy(mlp_logits(params, jnp.asarray(batch.tokens)))
+    ent = S.align_to_targets(S.token_entropy(mlp_logits(params, jnp.asarray(batch.tokens))))
     loss, m = objective(lp, batch, terms, entropy=ent)
     for key in ["loss/total", "loss/pg", "loss/kl", "loss/sft", "solve/clip_frac_low", "solve/clip_frac_high",
                 "solve/dual_clip_frac", "solve/approx_kl", "solve/ratio_mean", "guided_solve/clip_frac_high",

@@ -301,15 +301,12 @@ def test_two_processes_with_jax_distributed_match_one_process(tmp_path):
 @pytest.mark.parametrize("name, devices", [("rlv_qwen25_math_1p5b_8gpu", 8), ("rlv_qwen25_math_1p5b_v5e16", 16)])
 def test_launch_configs_fit_their_devices(name, devices):
     """The launch configs' mesh and batch settings, planned for the device count they target, fit its memory."""
-    import importlib
+    from jaxrl_reason.configs import load_config_file
+    from jaxrl_reason.models.presets import load_model_config
 
-    sys.path.insert(0, os.path.join(ROOT, "experiments", "configs"))
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import plan_memory
-
-    c = importlib.import_module(name).get_config()
+    c = load_config_file(os.path.join(ROOT, "experiments", "configs", f"{name}.py"))
     mesh = dict(zip(("data", "fsdp", "tp"), resolve_mesh_shape(c.parallel.mesh_shape.to_dict(), devices)))
-    cfg = plan_memory.load_model_config("qwen2.5-math-1.5b", "float32", c.model.dtype)
+    cfg = load_model_config("qwen2.5-math-1.5b", "float32", c.model.dtype)
     rollouts = c.rl.prompts_per_step * c.rl.samples_per_prompt
     length = 1024  # the configs' context: prompt + max_new_tokens
     batch = memory.BatchSettings(train_rows=2 * rollouts, train_length=length, sample_rows=rollouts,

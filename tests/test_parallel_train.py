@@ -2,7 +2,6 @@
 a checkpoint saved on (8, 1, 1) resumes on (2, 2, 2), and experiments/train.py trains end to end from
 `config.parallel` — all on 8 fake CPU devices in one subprocess (tests/parallel_train_checks.py), which compiles
 each program once for every test here."""
-import importlib
 import json
 import os
 import subprocess
@@ -11,13 +10,13 @@ import sys
 import numpy as np
 import pytest
 
+from jaxrl_reason.configs import load_config_file
+from jaxrl_reason.experiment.config import read_run_config
 from jaxrl_reason.parallel import memory
 from jaxrl_reason.parallel.mesh import resolve_mesh_shape
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "experiments", "configs"))
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
 # Hand-computed local shards of the tiny model (vocab 300, hidden 32, MLP 64, 2 layers, 4 q / 2 kv heads of 8).
 SHARDS_222 = {"embed_tokens/weight": [300 // 2, 32 // 2], "layers/mlp/up_proj/kernel": [2, 32 // 2, 64 // 2],
@@ -104,29 +103,29 @@ def test_sampler_under_a_mesh_pads_rows_and_pins_the_kv_cache(eight):
 
 def test_single_device_config_runs_unsharded():
     """tiny_default's parallel section (all axes 1) keeps the plain one-device path."""
-    import train as train_script
-    from configs import tiny_default
+    from jaxrl_reason.configs.tiny_default import get_config as tiny_default
+    from jaxrl_reason.experiment.model import build_mesh
 
-    cfg = tiny_default.get_config()
+    cfg = tiny_default()
+    mesh_of = lambda c: build_mesh(read_run_config(c).parallel)  # noqa: E731
     assert dict(cfg.parallel.mesh_shape) == {"data": 1, "fsdp": 1, "tp": 1}
-    assert train_script.build_mesh(cfg) is None
+    assert mesh_of(cfg) is None
     cfg.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # "all devices" on a one-device host
-    assert train_script.build_mesh(cfg) is None
+    assert mesh_of(cfg) is None
     cfg.parallel.mesh_shape = {"data": 1, "fsdp": 4, "tp": 1}
     with pytest.raises(ValueError, match="covers 4 devices but 1 are available"):
-        train_script.build_mesh(cfg)
+        mesh_of(cfg)
 
 
 def test_cure_7b_config_fits_four_80gb_gpus_and_builds_cure():
     """The launch config's mesh and batch, planned for 4 devices, fit 80 GB each, and its method section builds
     the CURE method with its three tasks."""
-    import plan_memory
-    import train as train_script
+    from jaxrl_reason.models.presets import load_model_config
 
-    c = importlib.import_module("cure_qwen25_7b_4gpu").get_config()
+    c = load_config_file(os.path.join(ROOT, "experiments", "configs", "cure_qwen25_7b_4gpu.py"))
     assert c.method.name == "cure" and c.model.dtype == "bfloat16"
     mesh = dict(zip(("data", "fsdp", "tp"), resolve_mesh_shape(c.parallel.mesh_shape.to_dict(), 4)))
-    cfg = plan_memory.load_model_config("qwen2.5-7b-instruct", c.model.dtype, c.model.compute_dtype or c.model.dtype)
+    cfg = load_model_config("qwen2.5-7b-instruct", c.model.dtype, c.model.compute_dtype or c.model.dtype)
     p = c.parallel.plan
     batch = memory.BatchSettings(train_rows=p.train_rows, train_length=p.context, sample_rows=p.sample_rows,
                                  sample_length=p.context, micro_batches=c.rl.micro_batches,
@@ -147,7 +146,7 @@ def test_cure_7b_config_fits_four_80gb_gpus_and_builds_cure():
     method = make_method(c.method)
     assert isinstance(method, CURE) and [t.name for t in method.terms()] == ["pg", "critique", "guided_solve"]
     assert method.guided_samples == m
-    tc = train_script.trainer_config(c)
+    tc = read_run_config(c).rl
     assert tc.micro_batches == c.rl.micro_batches and tc.logprob_chunk == c.rl.logprob_chunk
 
 

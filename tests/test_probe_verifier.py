@@ -1,10 +1,11 @@
-"""The error sorter of experiments/probe_verifier.py: which kind of slip made a compact `+` chain wrong."""
+"""The error sorter of experiments/research/probe_verifier.py: which kind of slip made a compact `+` chain wrong."""
 import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+RESEARCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "research")
+sys.path.insert(0, RESEARCH)
 os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
 import probe_verifier  # noqa: E402
 

@@ -8,7 +8,7 @@ from scipy import stats
 from hf_fixtures import save_hf_model
 from jaxrl_reason.models.hf_port import load_pretrained
 from jaxrl_reason.sampling import sampler as sampler_mod
-from jaxrl_reason.sampling.logits import filter_logits, sample_step
+from jaxrl_reason.sampling.logits import keep_threshold, sample_step
 from jaxrl_reason.rl.scoring import completion_logprobs
 from jaxrl_reason.sampling.sampler import FINISH_EOS, FINISH_LENGTH, FINISH_STOP, sample
 
@@ -87,6 +87,11 @@ def _chi_square_pvalue(draws, probs):
     assert counts[~keep].sum() == 0, "drew a token of probability zero"
     expected = probs[keep] / probs[keep].sum() * counts.sum()
     return stats.chisquare(counts[keep], expected).pvalue
+
+
+def filter_logits(logits, top_k, top_p):
+    """The reference truncation: -inf outside the top-k and the top-p nucleus."""
+    return jnp.where(logits >= keep_threshold(logits, top_k, top_p), logits, -jnp.inf)
 
 
 @pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.6, 1.0, 0), (1.4, 1.0, 0), (1.0, 0.7, 0),

@@ -141,15 +141,12 @@ def test_nonfinite_loss_stops_step_and_keeps_checkpoint(tokenizer, tmp_path):
 @pytest.mark.slow
 def test_tiny_end_to_end_run(tmp_path):
     """experiments/train.py's run(): tokenizer -> model -> SFT -> eval -> GRPO -> eval -> HF checkpoint + plot."""
-    import sys
-
     import transformers
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
-    import train as train_script
-    from configs import tiny_default
+    from jaxrl_reason.configs.tiny_default import get_config as tiny_default
+    from jaxrl_reason.experiment.pipeline import run
 
-    cfg = tiny_default.get_config()
+    cfg = tiny_default()
     cfg.workdir = str(tmp_path / "run")
     cfg.data.train_size, cfg.data.heldout_size = 300, 16
     cfg.data.min_operands = cfg.data.max_operands = 2
@@ -158,7 +155,7 @@ def test_tiny_end_to_end_run(tmp_path):
     cfg.sft.steps, cfg.sft.examples, cfg.sft.batch_size = 3, 100, 8
     cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.rl.max_new_tokens = 2, 4, 4, 24
     cfg.rl.progress = False
-    results = train_script.run(cfg)
+    results = run(cfg)
     assert set(results["before"]) >= {"accuracy", "mean_length"} and "after" in results
     final = os.path.join(cfg.workdir, "final")
     hf = transformers.AutoModelForCausalLM.from_pretrained(final)
@@ -195,13 +192,12 @@ def test_dapo_dynamic_sampling_refills_zero_signal_groups(tokenizer, tmp_path):
 @pytest.mark.slow
 def test_code_config_end_to_end(tmp_path):
     """The code configs train through the same loop: code prompts, SFT on reference programs, sandboxed rewards."""
-    import sys
+    from jaxrl_reason.configs.code_rlv import get_config as code_rlv
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.pipeline import run
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
-    import train as train_script
-    from configs import code_rlv
-
-    cfg = code_rlv.get_config()
+    cfg = code_rlv()
     cfg.workdir = str(tmp_path / "code")
     cfg.data.train_size, cfg.data.heldout_size = 200, 8
     cfg.model.hidden_size, cfg.model.num_hidden_layers, cfg.model.intermediate_size = 32, 2, 64
@@ -209,12 +205,12 @@ def test_code_config_end_to_end(tmp_path):
     cfg.sft.steps, cfg.sft.examples, cfg.sft.batch_size = 2, 50, 8
     cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.rl.max_new_tokens = 1, 4, 2, 16
     cfg.rl.progress = False
-    results = train_script.run(cfg)
+    results = run(cfg)
     assert 0.0 <= results["after"]["accuracy"] <= 1.0
     rows = [json.loads(x) for x in open(os.path.join(cfg.workdir, "logs", "metrics.jsonl"))]
     assert rows[0]["verify/rows"] >= 0 and "loss/pg" in rows[0]
     # the reference programs the SFT saw really pass their tests in the sandbox
-    train, _, reward_fn, prompt_fn = train_script.build_data(cfg)
+    train, _, reward_fn, prompt_fn = build_data(read_run_config(cfg).data, cfg.seed)
     res = reward_fn([e.solution for e in train[:8]], train[:8])
     assert float(np.mean(res.scores)) == 1.0
     assert "```python" in prompt_fn("Write f.")

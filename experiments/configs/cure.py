@@ -7,11 +7,7 @@ re-exploration from the critique's hint, replay of guided successes into zero-pa
 The tiny model is warmed up on solutions only, so its first critiques are not well-formed: expect the format
 penalty and the fixed verdict advantage to dominate the critique task early on.
 """
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tiny_default import get_config as tiny_default  # noqa: E402
+from jaxrl_reason.configs.tiny_default import get_config as tiny_default
 
 
 def get_config():

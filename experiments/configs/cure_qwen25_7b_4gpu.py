@@ -24,12 +24,15 @@ Launch (weights and data on local disk, nothing is downloaded):
         --config.model.hf_path=/data/Qwen2.5-7B-Instruct --config.tokenizer.path=/data/Qwen2.5-7B-Instruct
 """
 import os
-import sys
 
 import ml_collections
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cure import get_config as cure_cpu  # noqa: E402
+from jaxrl_reason.configs import load_config_file
+
+
+def cure_cpu():
+    """The CPU CURE config beside this file (experiments/configs/cure.py)."""
+    return load_config_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cure.py"))
 
 
 def get_config():

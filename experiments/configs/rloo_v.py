@@ -1,13 +1,4 @@
-"""RLOO^V (leave-one-out PPO + generative verifier) on the CPU default task."""
-import os
-import sys
+"""RLOO^V (leave-one-out PPO + generative verifier) on the CPU default task.
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rlv import get_config as rlv  # noqa: E402
-
-
-def get_config():
-    c = rlv()
-    c.workdir = "runs/rloo_v"
-    c.method.estimator = "rloo"
-    return c
+The preset itself, with its notes and commands: jaxrl_reason/configs/rloo_v.py."""
+from jaxrl_reason.configs.rloo_v import get_config  # noqa: F401

@@ -4,8 +4,8 @@ state, gradients, activations and KV cache, and whether they fit `parallel.devic
     python experiments/launch/preflight.py --config experiments/configs/cure_qwen25_7b_4gpu.py [--devices 4]
     PREFLIGHT=1 experiments/launch/run.sh CONFIG.py      # the same, then the launch if it fits
 
-The model comes from `model.hf_path`'s config.json when it is on disk, else from plan_memory's preset whose name
-matches the directory name (qwen2.5-7b-instruct, ...). The batch is `parallel.plan` (train_rows, sample_rows,
+The model comes from `model.hf_path`'s config.json when it is on disk, else from the preset whose name matches the
+directory name (`jaxrl_reason.models.presets`: qwen2.5-7b-instruct, ...). The batch is `parallel.plan` (train_rows, sample_rows,
 context) when the config has one, else Q x G rollouts (twice that for rlv's verify rows) at a context of
 max_new_tokens + parallel.prompt_tokens (default 256). Exit status 0 fits (or no device memory given), 3 not.
 """
@@ -16,30 +16,15 @@ import math
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(HERE, ".."))
-
-
-def load_config(path: str, overrides: list[str]):
-    """The config file's get_config() with `--config.a.b=value` overrides applied (ml_collections' own parser)."""
-    from absl import flags
-    from ml_collections import config_flags
-
-    argv = ["preflight", f"--config={path}"] + list(overrides)
-    fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", path, flag_values=fv, sys_argv=argv)
-    fv(argv)
-    return fv.config
+from jaxrl_reason.configs import load_config_file as load_config  # the config file + --config.x=y overrides
+from jaxrl_reason.models import presets
 
 
 def model_config(cfg):
-    import plan_memory
-
     dtype, compute = cfg.model.dtype, cfg.model.compute_dtype or cfg.model.dtype
     path = cfg.model.hf_path
     if path and os.path.isfile(os.path.join(path, "config.json")):
-        return plan_memory.load_model_config(path, dtype, compute), path
+        return presets.load_model_config(path, dtype, compute), path
     if not path and not cfg.model.get("gguf_path"):  # the from-scratch model of the config's own fields
         from jaxrl_reason.models.qwen2 import ModelConfig
 
@@ -50,10 +35,10 @@ def model_config(cfg):
                            max_position_embeddings=m.max_position_embeddings,
                            tie_word_embeddings=m.tie_word_embeddings, param_dtype=dtype, dtype=compute), "from scratch"
     name = os.path.basename(os.path.normpath(path)).lower() if path else ""
-    if name in plan_memory.PRESETS:
-        return plan_memory.load_model_config(name, dtype, compute), f"preset {name}"
+    if name in presets.PRESETS:
+        return presets.load_model_config(name, dtype, compute), f"preset {name}"
     raise SystemExit(f"preflight: model.hf_path={path!r} has no config.json here and its name matches no preset "
-                     f"({', '.join(plan_memory.PRESETS)}); pass a config with the weights on disk")
+                     f"({', '.join(presets.PRESETS)}); pass a config with the weights on disk")
 
 
 def batch_settings(cfg, shards: int):
@@ -84,6 +69,9 @@ def main(argv=None) -> int:
     from jaxrl_reason.parallel.rules import ShardingError
 
     cfg = load_config(args.config, overrides)
+    from jaxrl_reason.experiment.config import read_run_config
+
+    read_run_config(cfg)  # the run's own start-up check: an unknown key fails here, before any planning
     if cfg.get("parallel") is None:
         raise SystemExit(f"preflight: {args.config} has no `parallel` section to plan for")
     devices = args.devices or int(os.environ.get("PREFLIGHT_DEVICES", 0))

@@ -4,6 +4,7 @@
   test_time    majority_vote, best_of_n, weighted_vote, select_length_by_confidence, budget_forcing, evaluate
   estimators   pass_at_k, best_of_k, majority_at_k, weighted_at_k
   refine       self_refine: CURE's test-time loop (solve, critique, re-solve from the hint) for up to T rounds
+  diagnostics  verifier_quality (pooled and within-question AUROC), vote_headroom, best_of_n_chance
 """
 from jaxrl_reason.inference.estimators import (SubsetEstimate, best_of_k, majority_at_k, pass_at_k,
                                                power_of_two_ks, weighted_at_k)

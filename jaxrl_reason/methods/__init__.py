@@ -1,24 +1,78 @@
-"""Methods turn rollouts into task rows; `make_method(config)` builds one from an ml_collections config."""
+"""Methods turn rollouts into task rows; `make_method(config)` builds one from a config's `method` section.
+
+The section, typed as `MethodConfig`, holds four kinds of knobs, each checked against its own source of truth
+before anything is built: `name` and `estimator` (the registries), the loss (`PolicyLossConfig`'s fields, flat in
+the section), `extra` (the method's own constructor keywords) and `estimator_kwargs` (the estimator's keywords).
+"""
 from __future__ import annotations
 
+import dataclasses
+from typing import Mapping
+
+from jaxrl_reason.knobs import check_known, keyword_knobs, plain, read_section, section_dict
 from jaxrl_reason.methods.cure import CURE
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.methods.rlv import RLV
+from jaxrl_reason.rl.advantages import ESTIMATORS
 
 METHODS = {"grpo": GRPO, "rlv": RLV, "cure": CURE}
 
 
-def make_method(cfg):
-    """cfg: a ConfigDict/dict with `name`, `estimator`, `estimator_kwargs` and the PolicyLossConfig fields."""
-    name = cfg["name"]
+@dataclasses.dataclass(frozen=True)
+class MethodConfig:
+    """The `method` section of a run config."""
+
+    name: str = "grpo"  # grpo | rlv | cure (METHODS)
+    estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | grpo_batch_std (rl.advantages.ESTIMATORS)
+    estimator_kwargs: Mapping = dataclasses.field(default_factory=dict)  # the estimator's keywords, e.g. {"ddof": 0}
+    extra: Mapping = dataclasses.field(default_factory=dict)  # the method's own knobs (method_knobs(name))
+    loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)  # flat in the section: method.beta
+
+
+def method_knobs(name: str) -> dict:
+    """{knob: default} of method `name`'s own constructor keywords: the valid keys of `method.extra`."""
+    return keyword_knobs(METHODS[name], skip=("estimator", "loss"))
+
+
+def estimator_knobs(estimator: str) -> dict:
+    """{knob: default} of an advantage estimator's keyword options: the valid keys of `method.estimator_kwargs`."""
+    return keyword_knobs(ESTIMATORS[estimator], keyword_only=True)
+
+
+def _loss_keys() -> list[str]:
+    return [f.name for f in dataclasses.fields(PolicyLossConfig)]
+
+
+def read_method_config(values) -> MethodConfig:
+    """A `method` section (ConfigDict or mapping) as a MethodConfig; any key that is not a knob of the section, of
+    the named method (`extra`) or of the named estimator (`estimator_kwargs`) is refused, naming the valid ones."""
+    values = plain(values)
+    default = MethodConfig()
+    own = ("name", "estimator", "estimator_kwargs", "extra")
+    check_known("method", values, list(own) + _loss_keys())
+    name, estimator = values.get("name", default.name), values.get("estimator", default.estimator)
     if name not in METHODS:
         raise ValueError(f"config method.name={name!r} is unknown; available: {sorted(METHODS)}")
-    loss = PolicyLossConfig(aggregation=cfg["aggregation"], max_len=cfg.get("max_len") or None,
-                            eps_low=cfg["eps_low"], eps_high=cfg["eps_high"], dual_clip=cfg.get("dual_clip") or None,
-                            beta=cfg["beta"], kl_estimator=cfg["kl_estimator"], tis=cfg.get("tis", "off"),
-                            tis_cap=cfg.get("tis_cap", 2.0), overlong_buffer=cfg.get("overlong_buffer", 0),
-                            overlong_penalty=cfg.get("overlong_penalty", 1.0),
-                            overlong_filter=cfg.get("overlong_filter", False))
-    extra = {k: v for k, v in dict(cfg.get("extra", {}) or {}).items()}
-    return METHODS[name](estimator=cfg["estimator"], loss=loss, **dict(cfg.get("estimator_kwargs", {}) or {}),
-                         **extra)
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"config method.estimator={estimator!r} is unknown; available: {sorted(ESTIMATORS)}")
+    extra, kwargs = plain(values.get("extra")), plain(values.get("estimator_kwargs"))
+    check_known("method.extra", extra, method_knobs(name), what=f"method {name!r}")
+    check_known("method.estimator_kwargs", kwargs, estimator_knobs(estimator), what=f"estimator {estimator!r}")
+    loss = read_section(PolicyLossConfig, "method", {k: v for k, v in values.items() if k not in own})
+    return MethodConfig(name=name, estimator=estimator, estimator_kwargs=kwargs, extra=extra, loss=loss)
+
+
+def method_section(config: MethodConfig) -> dict:
+    """A MethodConfig as the plain dict of its config section (the loss knobs flat, as `read_method_config` reads
+    them)."""
+    out = {k: getattr(config, k) for k in ("name", "estimator")}
+    out.update(estimator_kwargs=dict(config.estimator_kwargs), extra=dict(config.extra))
+    return {**out, **section_dict(config.loss)}
+
+
+def make_method(cfg):
+    """cfg: a MethodConfig, or a `method` section (ConfigDict/dict: `name`, `estimator`, `estimator_kwargs`,
+    `extra` and the PolicyLossConfig fields), checked by `read_method_config` first."""
+    mc = cfg if isinstance(cfg, MethodConfig) else read_method_config(cfg)
+    # Both keyword sets go into one call: the checks above keep them apart (no key is valid in both).
+    return METHODS[mc.name](estimator=mc.estimator, loss=mc.loss, **dict(mc.estimator_kwargs), **dict(mc.extra))

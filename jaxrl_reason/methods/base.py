@@ -39,6 +39,29 @@ class Rollouts(NamedTuple):
         return int(self.rewards.shape[1])
 
 
+def generate_rollouts(sample: Callable[..., Any], tokenizer, prompts: Sequence[Sequence[int]],
+                      examples: Sequence[Any], *, num_samples: int, reward: Optional[Callable] = None,
+                      **sample_kw) -> Rollouts:
+    """The one way rollouts are made, for the trainer and every method: sample `num_samples` completions of each
+    prompt, decode them, reward them against `examples` (one per prompt) and keep the sampler's log pi_old and
+    log q per completion token. `reward(texts, examples) -> RewardResult`; None leaves the rewards 0 (e.g. a
+    critique, which no verifier grades)."""
+    if len(prompts) != len(examples):
+        raise ValueError(f"generate_rollouts: {len(prompts)} prompts but {len(examples)} examples; give one each")
+    out = sample(prompts, num_samples=num_samples, **sample_kw)
+    n = len(out.lengths)
+    texts = tokenizer.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
+    if reward is None:
+        scores, details = np.zeros((n,), np.float32), [{} for _ in range(n)]
+    else:
+        res = reward(texts, [examples[i] for i in out.prompt_index])
+        scores, details = np.asarray(res.scores, np.float32), list(res.details)
+    cut = lambda a: [np.asarray(a[i, :m], np.float32) for i, m in enumerate(out.lengths)]
+    return Rollouts(list(examples), [list(p) for p in prompts], out.completions(), cut(out.logprobs), texts,
+                    scores.reshape(len(prompts), num_samples), out.finish_names(), details,
+                    cut(out.sampling_logprobs))
+
+
 class Context(NamedTuple):
     """Services a method may call while building its batch (more generation, rewards, the tokenizer)."""
 
@@ -54,7 +77,11 @@ class Context(NamedTuple):
 
 
 class Method(Protocol):
+    """What the trainer calls. `GRPO` implements it; subclass it for a new method (docs/extending.md)."""
+
     name: str
+    tasks: tuple[str, ...]  # the tasks whose rows `build` returns (registered when the class is defined)
+    uses_zero_signal_groups: bool  # trains on groups with equal rewards: DAPO dynamic sampling is refused
 
     def terms(self) -> tuple[TermSpec, ...]:
         ...

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxrl_reason.data.prompts import (critique_format_penalty, critique_prompt, critique_verdict_prefix,
                                        guided_prompt, parse_critique)
-from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.buckets import power_of_two
@@ -263,6 +263,7 @@ class CURE(GRPO):
     """Solve + critique + guided-solve rows with CURE's replay and hybrid critique advantages."""
 
     name = "cure"
+    tasks = CURE_TASKS
     # Replay makes zero-pass groups (all rewards 0) the groups CURE learns most from: dynamic sampling, which
     # drops them, must be refused (the trainer checks this).
     uses_zero_signal_groups = True
@@ -383,13 +384,11 @@ class CURE(GRPO):
         # every row and the same ids the model must produce by itself at test time.
         verdict_ids = {w: tok.encode(critique_verdict_prefix(bool(w))) for w in (True, False)}
         verdicts = [verdict_ids[bool(w)] for w in wrong]
-        out = ctx.sample([p + v for p, v in zip(prompts, verdicts)], num_samples=1,
-                         max_new_tokens=self.critique_max_new_tokens)
-        generated = out.completions()
-        logprobs = [np.asarray(out.logprobs[i, :n], np.float32) for i, n in enumerate(out.lengths)]
-        sampling = [np.asarray(out.sampling_logprobs[i, :n], np.float32) for i, n in enumerate(out.lengths)]
-        rest = tok.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
-        full = [critique_verdict_prefix(bool(w)) + r for w, r in zip(wrong, rest)]
+        out = generate_rollouts(ctx.sample, tok, [p + v for p, v in zip(prompts, verdicts)],
+                                [ro.examples[r // g] for r in rows], num_samples=1,
+                                max_new_tokens=self.critique_max_new_tokens)
+        generated, logprobs, sampling = list(out.completions), list(out.logprobs), list(out.sampling_logprobs)
+        full = [critique_verdict_prefix(bool(w)) + r for w, r in zip(wrong, out.texts)]
         return _Critiques(rows, prompts, verdicts, generated, logprobs, sampling, full, wrong)
 
     def _guided(self, ro: Rollouts, examples: list, hints: list, ctx: Context):
@@ -397,13 +396,8 @@ class CURE(GRPO):
         tok = ctx.tokenizer
         prompts = tok.encode_ragged([tok.render_prompt(guided_prompt(e.question, h)) for e, h in zip(examples, hints)])
         kw = {"max_new_tokens": self.guided_max_new_tokens} if self.guided_max_new_tokens else {}
-        out = ctx.sample(prompts, num_samples=m, **kw)
-        texts = tok.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
-        per_row = [examples[i // m] for i in range(len(texts))]
-        scores = np.asarray(ctx.reward(texts, per_row).scores, np.float32).reshape(len(examples), m)
-        logprobs = [np.asarray(out.logprobs[i, :n], np.float32) for i, n in enumerate(out.lengths)]
-        sampling = [np.asarray(out.sampling_logprobs[i, :n], np.float32) for i, n in enumerate(out.lengths)]
-        return prompts, out.completions(), logprobs, sampling, scores
+        out = generate_rollouts(ctx.sample, tok, prompts, examples, num_samples=m, reward=ctx.reward, **kw)
+        return prompts, list(out.completions), list(out.logprobs), list(out.sampling_logprobs), out.rewards
 
     # -------------------------------------------------------------------------------------- build
 

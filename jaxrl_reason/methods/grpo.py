@@ -8,7 +8,7 @@ import numpy as np
 
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.rl import advantages as adv_lib
-from jaxrl_reason.rl.batch import TokenBatch, build_token_batch
+from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, register_task
 from jaxrl_reason.rl.importance import check_tis, truncated_is_weights
 from jaxrl_reason.rl.overlong import check_overlong, overlong_penalty, truncated_mask
 from jaxrl_reason.rl.losses import TermSpec, kl_spec, pg_spec
@@ -20,11 +20,11 @@ class PolicyLossConfig:
 
     aggregation: str = "seq_mean_token_mean"  # token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm
     max_len: Optional[int] = None  # fixed length for seq_mean_token_sum_norm (default: max_new_tokens)
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    dual_clip: Optional[float] = None
+    eps_low: float = 0.2  # PPO clip below 1: the ratio is clipped at 1 - eps_low
+    eps_high: float = 0.2  # PPO clip above 1 (clip-higher when > eps_low)
+    dual_clip: Optional[float] = None  # dual-clip constant for negative advantages (None / 0 = off)
     beta: float = 0.0  # KL-to-reference coefficient; 0 skips the reference forward entirely
-    kl_estimator: str = "k3"
+    kl_estimator: str = "k3"  # k1 | k2 | k3
     tis: str = "off"  # truncated importance sampling min(pi_old / q, tis_cap): off | token | sequence
     tis_cap: float = 2.0  # the cap C of the TIS weight
     overlong_buffer: int = 0  # DAPO's L_cache: penalise the last this-many tokens before the limit (0 = off)
@@ -86,16 +86,25 @@ def shaped_rewards(rollouts: Rollouts, loss: PolicyLossConfig, max_new_tokens: i
         raise ValueError("overlong_buffer needs the generation limit: the method's Context.max_new_tokens is unset")
     pen = overlong_penalty([len(c) for c in rollouts.completions], max_new_tokens, loss.overlong_buffer,
                            loss.overlong_penalty).reshape(rewards.shape)
-    return rewards + pen, {"overlong/penalised_frac": float((pen < 0).mean()), "overlong/penalty_mean": float(pen.mean())}
+    return rewards + pen, {"overlong/penalised_frac": float((pen < 0).mean()),
+                           "overlong/penalty_mean": float(pen.mean())}
 
 
 class GRPO:
     """Solve rows with group advantages; the building block every other method extends."""
 
     name = "grpo"
+    # The tasks whose rows the method builds; registered when the class is defined, so rows and terms of a new
+    # task work in any order (`rl.batch.register_task`).
+    tasks: tuple[str, ...] = ("solve",)
     # Whether the method trains on groups whose rewards are all equal (CURE replays into zero-pass groups), so
     # that DAPO's dynamic sampling, which drops them, must be refused.
     uses_zero_signal_groups = False
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        for t in cls.tasks:
+            register_task(t)
 
     def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), **estimator_kwargs):
         if estimator not in adv_lib.ESTIMATORS:

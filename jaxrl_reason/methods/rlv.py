@@ -69,6 +69,7 @@ def balanced_indices(labels: np.ndarray, rng: np.random.Generator, *, balance: s
 
 class RLV(GRPO):
     name = "rlv"
+    tasks = ("solve", "verify")
 
     def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
                  verify_weight: float = 1.0, balance: str = "subsample", max_verify_rows: int = 0,

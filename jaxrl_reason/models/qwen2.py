@@ -69,7 +69,7 @@ class ModelConfig:
     remat: bool = False
     # Without remat, what the scanned layers keep for the backward pass: "matmuls" keeps the outputs of the weight
     # matmuls and recomputes the elementwise ops and attention products from them -- the per-layer stacks XLA
-    # must zero-fill and write shrink (bench_train_step's peak RSS: 2.1 -> 1.6 GB) at about the same update
+    # must zero-fill and write shrink (bench/train_step.py's peak RSS: 2.1 -> 1.6 GB) at about the same update
     # time on CPU; "all" keeps whatever XLA saves by default. Not a checkpoint field.
     scan_residuals: str = "matmuls"
 
@@ -227,7 +227,7 @@ class Rope(NamedTuple):
 
     Made once per forward pass (`rope_tables`), before the layers: computed inside each layer, XLA fuses the cos
     and sin into the rotation of every head and every layer, forward and rematerialised backward (the rotations of
-    one update at 4k tokens took 75 ms that way and 41 ms from tables, 2 cores, `profile_update.py --ops`)."""
+    one update at 4k tokens took 75 ms that way and 41 ms from tables, 2 cores, `bench/profile_update.py --ops`)."""
 
     cos: jax.Array
     sin: jax.Array

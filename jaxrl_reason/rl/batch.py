@@ -45,7 +45,9 @@ Array = Union[np.ndarray, jax.Array]
 def register_task(name: str) -> int:
     """Adds a task name to the registry (idempotent) and returns its id.
 
-    Register before tracing any jitted update: the number of tasks sizes per-task count vectors.
+    Methods declare their tasks (`GRPO.tasks`, registered when the class is defined) and `rl.losses.term_spec`
+    registers the tasks it names, so both happen before any update is traced (per-task count vectors are sized by
+    the registry at trace time).
     """
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"task name must be a non-empty string without '/', got {name!r}")
@@ -380,9 +382,3 @@ def assert_token_batch_shapes(batch: TokenBatch) -> None:
     leaves = [getattr(batch, f) for f in _TIME_FIELDS if getattr(batch, f) is not None]
     chex.assert_shape(leaves, (b, t))
     chex.assert_shape(batch.task_id, (b,))
-
-
-def num_rows_by_task(batch: TokenBatch) -> dict[str, int]:
-    """Host-side row count per task name (filler rows excluded), for logging."""
-    tid = np.asarray(batch.task_id)
-    return {name: int(np.sum(tid == i)) for name, i in TASKS.items() if np.any(tid == i)}

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_reason.rl.batch import TASKS, TokenBatch, task_id, task_name
+from jaxrl_reason.rl.batch import TASKS, TokenBatch, register_task, task_id, task_name
 
 # ----------------------------------------------------------------------------------------------------------------
 # Aggregation: per-token weights (micro-batch local) and denominators (global counts)
@@ -242,7 +242,8 @@ def sft_per_token(logprobs: jax.Array, mask: jax.Array):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Terms: kernels applied to a TokenBatch. A kind maps (logprobs, batch, mask, **options) -> (loss, stats).
+# Terms: kernels applied to a TokenBatch. A kind maps (logprobs, batch, mask, **options) -> (loss, stats); it is
+# registered once (`register_term_kind`) with what the trainer must provide for it.
 
 
 def _ppo_kernel(logprobs, batch, mask, *, eps_low=0.2, eps_high=0.2, dual_clip=None):
@@ -265,13 +266,42 @@ def _sft_kernel(logprobs, batch, mask):
 
 Kernel = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
 
-# Extensible: methods may register further kinds (same signature) before building their TermSpecs.
-TERM_KINDS: dict[str, Kernel] = {"ppo_clip": _ppo_kernel, "kl": _kl_kernel, "sft": _sft_kernel}
-# Kinds that read TokenBatch.ref_logprobs; add a new kind here if it does, so `needs_reference` stays right.
-KINDS_NEEDING_REFERENCE: set[str] = {"kl"}
-# Kinds whose targets are given, not sampled (SFT, RL^V's verdict token): their rows are scored at temperature 1
-# whatever the sampling temperature, so the verifier trained on them is the one `inference.verifier` reads.
-SUPERVISED_KINDS: set[str] = {"sft"}
+
+class TermKind(NamedTuple):
+    """What a loss-term kind is: its per-token kernel and what it needs from the trainer.
+
+    kernel:          (logprobs [B, T], batch, mask [B, T], **options) -> (per-token loss [B, T], {stat: [B, T]})
+    needs_reference: it reads TokenBatch.ref_logprobs, so the trainer keeps a frozen reference and runs its forward
+    supervised:      its targets are given, not sampled (SFT, RL^V's verdict token): its rows are scored at
+                     temperature 1 whatever the sampling temperature, so the verifier trained on them is the one
+                     `inference.verifier` reads
+    """
+
+    kernel: Kernel
+    needs_reference: bool = False
+    supervised: bool = False
+
+
+TERM_KINDS: dict[str, TermKind] = {}
+
+
+def register_term_kind(name: str, kernel: Kernel, *, needs_reference: bool = False, supervised: bool = False
+                       ) -> TermKind:
+    """Adds a loss-term kind, the one step a new loss needs: afterwards `term_spec(name, ...)` builds terms of it
+    for any objective, and the trainer reads what it needs from here. Re-registering the same kernel is a no-op;
+    another kernel under a taken name is refused."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a term kind needs a non-empty name, got {name!r}")
+    kind = TermKind(kernel, bool(needs_reference), bool(supervised))
+    if name in TERM_KINDS and TERM_KINDS[name] != kind:
+        raise ValueError(f"term kind {name!r} is already registered with another kernel or needs; pick a new name")
+    TERM_KINDS[name] = kind
+    return kind
+
+
+register_term_kind("ppo_clip", _ppo_kernel)
+register_term_kind("kl", _kl_kernel, needs_reference=True)
+register_term_kind("sft", _sft_kernel, supervised=True)
 
 
 def _apply_term(kernel, logprobs, batch, mask, aggregation, max_len, den, tokens_den, options):
@@ -297,7 +327,8 @@ def _make_term(kind: str):
     ) -> tuple[LossTerm, dict[str, jax.Array]]:
         chex.assert_equal_shape([logprobs, batch.loss_mask])
         mask = batch.loss_mask if mask is None else mask
-        return _apply_term(TERM_KINDS[kind], logprobs, batch, mask, aggregation, max_len, den, tokens_den, options)
+        return _apply_term(TERM_KINDS[kind].kernel, logprobs, batch, mask, aggregation, max_len, den, tokens_den,
+                           options)
 
     term.__name__ = f"{kind}_term"
     term.__doc__ = (
@@ -338,14 +369,31 @@ class TermSpec(NamedTuple):
     options: tuple[tuple[str, Any], ...] = ()
 
 
+def term_spec(kind: str, tasks, *, name: Optional[str] = None, weight: float = 1.0,
+              aggregation: str = "token_mean", max_len: Optional[int] = None, **options) -> TermSpec:
+    """A term of a registered kind over the rows of `tasks` (a name or names). A task named here for the first
+    time is registered (`rl.batch.register_task`): the terms a method builds declare its tasks, before any update
+    is traced. `options` go to the kind's kernel (hashable values)."""
+    if kind not in TERM_KINDS:
+        raise ValueError(f"unknown term kind {kind!r}; known: {sorted(TERM_KINDS)} (add one with register_term_kind)")
+    if isinstance(tasks, str):
+        tasks = (tasks,)
+    tasks = tuple(tasks)
+    if not tasks:
+        raise ValueError(f"term {name or kind!r} names no task; give the tasks whose rows it trains on")
+    for t in tasks:
+        register_task(t)
+    return _spec(name or kind, kind, tasks, weight, aggregation, max_len, options)
+
+
 def _spec(name, kind, tasks, weight, aggregation, max_len, options) -> TermSpec:
     if isinstance(tasks, str):
         tasks = (tasks,)
     tasks = tuple(tasks)
     for t in tasks:
-        task_id(t)  # raises on unknown names
+        register_task(t)
     if kind not in TERM_KINDS:
-        raise ValueError(f"unknown term kind {kind!r}; known: {sorted(TERM_KINDS)}")
+        raise ValueError(f"unknown term kind {kind!r}; known: {sorted(TERM_KINDS)} (add one with register_term_kind)")
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"term {name!r}: unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
     if aggregation == "seq_mean_token_sum_norm" and not max_len:
@@ -383,19 +431,19 @@ def active_terms(terms: Sequence[TermSpec]) -> tuple[TermSpec, ...]:
 
 def needs_reference(terms: Sequence[TermSpec]) -> bool:
     """Whether any active term reads ref_logprobs; when False the trainer skips the reference forward pass."""
-    return any(t.kind in KINDS_NEEDING_REFERENCE for t in active_terms(terms))
+    return any(TERM_KINDS[t.kind].needs_reference for t in active_terms(terms))
 
 
 def scoring_temperatures(terms: Sequence[TermSpec], temperature: float) -> tuple[float, ...]:
     """Per task id (index = TASKS id): the temperature its rows are scored at in the update and the reference
     forward -- `temperature` (the sampling one) for tasks trained by a sampled-data term (PPO clip, KL), 1.0 for
-    tasks trained only by supervised ones (`SUPERVISED_KINDS`) or by none. A static tuple (a jit argument)."""
+    tasks trained only by supervised kinds (`TermKind.supervised`) or by none. A static tuple (a jit argument)."""
     if not temperature > 0:
         raise ValueError(f"the scoring temperature must be > 0 (the sampling temperature; greedy rollouts cannot "
                          f"be trained on with a policy gradient), got {temperature}")
     sampled, supervised = set(), set()
     for t in active_terms(terms):
-        (supervised if t.kind in SUPERVISED_KINDS else sampled).update(task_id(x) for x in t.tasks)
+        (supervised if TERM_KINDS[t.kind].supervised else sampled).update(task_id(x) for x in t.tasks)
     both = sampled & supervised
     if both and temperature != 1.0:
         names = sorted(task_name(i) for i in both)
@@ -470,7 +518,7 @@ def objective(
         idx = jnp.asarray(ids, jnp.int32)
         den = aggregation_denominator(counts.tokens[idx].sum(), counts.sequences[idx].sum(), spec.aggregation)
         options = dict(spec.options)
-        kernel = TERM_KINDS[spec.kind]
+        kernel = TERM_KINDS[spec.kind].kernel
         mask = task_mask(ids)
         loss_tok, stats = kernel(logprobs, batch, mask, **options)
         term = aggregate(loss_tok, mask, batch.segment_ids, spec.aggregation, max_len=spec.max_len, den=den)

@@ -16,7 +16,7 @@ Layout of `rows`, for a row whose first trained target sits at column t0 of the 
 Column 0 repeats the prompt's last token: its hidden state (the one that predicts y_0) is the prefix's last
 one, gathered, not recomputed. Columns 1.. are the continuation, with their original positions.
 
-Numbers (`python experiments/bench_train_step.py`, 8 prompts x 8 samples, 16-token prompts, 64 new tokens): the
+Numbers (`python experiments/bench/train_step.py`, 8 prompts x 8 samples, 16-token prompts, 64 new tokens): the
 update's forward and backward run on 8 x 16 + 64 x 64 = 4,224 tokens instead of 64 x 80 = 5,120.
 """
 from __future__ import annotations

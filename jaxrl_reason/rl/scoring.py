@@ -119,11 +119,6 @@ def next_token_logprobs(logits: jax.Array, tokens: jax.Array, *, chunk_size: Opt
     return align_to_targets(token_logprobs(logits, next_token_targets(tokens), chunk_size=chunk_size))
 
 
-def next_token_entropy(logits: jax.Array, *, chunk_size: Optional[int] = None) -> jax.Array:
-    """Entropy of the distribution each target token was drawn from, in TokenBatch layout."""
-    return align_to_targets(token_entropy(logits, chunk_size=chunk_size))
-
-
 def token_logprobs_from_hidden(
     hidden: jax.Array,
     unembedding: jax.Array,

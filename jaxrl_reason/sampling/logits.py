@@ -47,11 +47,6 @@ def keep_threshold(logits: jax.Array, top_k: jax.Array, top_p: jax.Array, temper
     return jnp.where(top_p < 1.0, jnp.maximum(kth, p_cut), kth)
 
 
-def filter_logits(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
-    """Mask (to -inf) everything outside the top-k and outside the top-p nucleus. logits: [N, V] float32."""
-    return jnp.where(logits >= keep_threshold(logits, top_k, top_p), logits, NEG_INF)
-
-
 def block_size(vocab: int) -> int:
     """Width of the first level of the inverse CDF: the largest power of two <= 512 that divides the vocabulary
     (128 for Qwen's 151,936), so [N, V] -> [N, V / block, block] is a free reshape and the block sums read the

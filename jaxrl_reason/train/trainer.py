@@ -26,7 +26,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
-from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.base import Context, Method, Rollouts, generate_rollouts
+from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
@@ -53,33 +54,33 @@ class TrainerConfig:
     steps: int = 100  # RL steps (each: one batch of prompts, num_iterations optimizer updates)
     prompts_per_step: int = 8  # Q: questions per step
     samples_per_prompt: int = 8  # G: group size
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    max_new_tokens: int = 128  # generation limit of a rollout (tokens after the prompt)
+    temperature: float = 1.0  # sampling temperature T (> 0); pi_old and pi_theta are scored at it
+    top_p: float = 1.0  # nucleus sampling (1 = off); see PolicyLossConfig.tis for the correction
+    top_k: int = 0  # top-k sampling (0 = off)
     num_iterations: int = 1  # PPO epochs over each batch (1 with one mini-batch = on-policy, ratio == 1)
     num_mini_batches: int = 1  # optimizer steps per epoch: the batch's rows split into this many mini-batches
     shuffle_mini_batches: bool = True  # rows go to mini-batches at random (seeded by the step's key), once a step
     micro_batches: int = 1  # gradient accumulation inside the jitted update (per mini-batch)
-    lr: float = 1e-6
+    lr: float = 1e-6  # AdamW peak learning rate
     warmup_steps: int = 0  # learning-rate warm-up, in optimizer steps
     schedule: str = "constant"  # constant | cosine (over steps x num_iterations x num_mini_batches optimizer steps)
-    weight_decay: float = 0.0
-    clip_norm: float = 1.0
+    weight_decay: float = 0.0  # AdamW decoupled weight decay (matrices only)
+    clip_norm: float = 1.0  # global gradient-norm clip (<= 0 = off)
     dynamic_sampling: bool = False  # DAPO: drop zero-signal groups and refill from new prompts
     dynamic_sampling_max_rounds: int = 4  # extra sampling rounds per step before training on what there is
     logprob_chunk: Optional[int] = None  # time chunk for log-probs from hidden states (memory for big vocabs)
     head_at_trained_only: bool = True  # update: LM head only at trained positions (same loss, less compute)
     share_prompts: bool = True  # update: a prompt shared by a group's rows goes through the model once (one device)
     update_matmuls: str = "auto"  # XLA:CPU matmul kernels of the one-device update: auto | eigen | ynn (see update.py)
-    seed: int = 0
-    log_every: int = 1
+    seed: int = 0  # data order, sampling and every host-side choice
+    log_every: int = 1  # write metrics every this many steps
     checkpoint_every: int = 50  # 0 = only at the end
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # checkpoints kept on disk
     eval_every: int = 0  # 0 = no periodic eval
     eval_max_new_tokens: Optional[int] = None  # default: max_new_tokens
-    eval_batch_size: int = 64
-    progress: bool = True
+    eval_batch_size: int = 64  # questions per held-out sampling call
+    progress: bool = True  # progress bars
 
     def __post_init__(self):
         for f in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "num_iterations",
@@ -144,7 +145,7 @@ def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_
 
 
 class Trainer:
-    def __init__(self, model, tokenizer, method, train_examples: Sequence[Any], reward_fn: Callable,
+    def __init__(self, model, tokenizer, method: Method, train_examples: Sequence[Any], reward_fn: Callable,
                  config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
                  prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
                  rules: prules.Rules = prules.DEFAULT_RULES):
@@ -232,18 +233,12 @@ class Trainer:
                       state=self.state.params, mesh=self.mesh, **kw)
 
     def rollouts(self, examples, key) -> Rollouts:
-        g = self.cfg.samples_per_prompt
-        prompts = self._prompts(examples)
-        out = self._sample(prompts, key, g)
-        completions = out.completions()
-        texts = self.tokenizer.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
-        per_row = [examples[i] for i in out.prompt_index]
-        scores, details = score_rows(self.reward_fn, texts, per_row)
-        rewards = scores.reshape(len(examples), g)
-        return Rollouts(list(examples), prompts, completions,
-                        [out.logprobs[i, :n] for i, n in enumerate(out.lengths)], texts, rewards,
-                        out.finish_names(), details,
-                        [out.sampling_logprobs[i, :n] for i, n in enumerate(out.lengths)])
+        return generate_rollouts(lambda p, **kw: self._sample(p, key, **kw), self.tokenizer, self._prompts(examples),
+                                 examples, num_samples=self.cfg.samples_per_prompt, reward=self._reward)
+
+    def _reward(self, texts, examples) -> RewardResult:
+        """The reward function, each process scoring its share of the rows (`score_rows`)."""
+        return RewardResult(*score_rows(self.reward_fn, texts, examples))
 
     def _dynamic_rollouts(self, key) -> tuple[Rollouts, dict]:
         """DAPO dynamic sampling: keep only groups with reward variance, drawing more prompts until Q are kept."""
@@ -282,7 +277,7 @@ class Trainer:
         calls = itertools.count(1)
         ctx = Context(self.tokenizer,
                       lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, next(calls)), **kw),
-                      self.reward_fn, host_rng, self.tokenizer.pad_id, self.model, self.state.params,
+                      self._reward, host_rng, self.tokenizer.pad_id, self.model, self.state.params,
                       temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens)
         batch, method_metrics = self.method.build(ro, ctx)
         if c.num_mini_batches == 1:

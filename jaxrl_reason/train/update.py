@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.parallel.mesh import batch_shards
 from jaxrl_reason.parallel.rules import BATCH, DEFAULT_RULES, Rules, batch_sharding, tree_shardings
-from jaxrl_reason.rl.batch import TokenBatch, stack_micro_batches
+from jaxrl_reason.rl.batch import TokenBatch, assert_token_batch_shapes, stack_micro_batches
 from jaxrl_reason.rl.losses import (TermSpec, batch_counts, counts_metrics, finite_flags, objective, safe_divide,
                                     scoring_temperatures, tree_is_finite)
 from jaxrl_reason.rl.prefix import SharedPrefixBatch
@@ -48,9 +48,9 @@ def training_compiler_options(matmuls: str = "auto") -> dict:
 
     matmuls: "eigen" compiles XLA:CPU's matmuls to its own dot kernels instead of YNNPACK fusions, "ynn" keeps
     XLA's default, "auto" is "eigen" on CPU and nothing elsewhere. On the 2-core benchmark machine the update of
-    `bench_train_step.py` ran ~15% faster with "eigen" (`python experiments/profile_update.py --matmuls
-    eigen|ynn`), while the sampler's decode-sized matmuls are faster with YNNPACK: so the option is per jitted
-    function, not a process-wide XLA_FLAGS. `make_sharded_update` defaults to "ynn"."""
+    `experiments/bench/train_step.py` ran ~15% faster with "eigen" (`python experiments/bench/profile_update.py
+    --matmuls eigen|ynn`), while the sampler's decode-sized matmuls are faster with YNNPACK: so the option is per
+    jitted function, not a process-wide XLA_FLAGS. `make_sharded_update` defaults to "ynn"."""
     if matmuls not in ("auto", "eigen", "ynn"):
         raise ValueError(f"matmuls must be 'auto', 'eigen' or 'ynn', got {matmuls!r}")
     if matmuls == "ynn" or (matmuls == "auto" and jax.default_backend() != "cpu"):
@@ -79,6 +79,7 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
                        compiler_options=training_compiler_options(matmuls))
     def update(params, opt_state, batch: TokenBatch | SharedPrefixBatch, scored: Optional[int] = None
                ) -> UpdateOutput:
+        assert_token_batch_shapes(batch.rows if isinstance(batch, SharedPrefixBatch) else batch)
         if isinstance(batch, SharedPrefixBatch):
             counts, stacked = batch_counts(batch.rows), stack_shared_micro_batches(batch, micro_batches)
         else:

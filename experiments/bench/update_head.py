@@ -1,11 +1,12 @@
 """The update with the LM head at every position vs only at trained positions, on an RL^V-shaped batch.
 
-    python experiments/bench_update_head.py [--vocab 4096 32768] [--reps 5]
+    python experiments/bench/update_head.py [--vocab 4096 32768] [--reps 5]
 
 Batch (one GRPO^V step of the CPU benchmarks' shape): 32 solve rows (16-token prompt, 64 trained completion
 tokens) and 32 verify rows (the same prompt and completion, then a 16-token verify question, one trained
-"Yes"/"No" token), padded to one length bucket. The model is bench_train_step's tiny Qwen2 (hidden 256, 4 layers,
-tied embeddings, random weights, float32) at each vocabulary size. Both arms run the same jitted `make_update`
+"Yes"/"No" token), padded to one length bucket. The model is the benchmarks' tiny Qwen2
+(`jaxrl_reason.experiment.perf.bench_model`: hidden 256, 4 layers, tied embeddings, random weights, float32) at
+each vocabulary size. Both arms run the same jitted `make_update`
 (GRPO clip term + lambda=1 verify SFT term, AdamW); `scored=None` is the baseline, `scored=scored_size(batch)`
 the head at trained positions only. Reported: median seconds per update over `--reps` calls after one compile
 call, the ratio baseline / trained-only, and the largest loss difference between the arms.
@@ -13,16 +14,12 @@ call, the ratio baseline / trained-only, and the largest loss difference between
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
@@ -71,7 +68,7 @@ def main():
 
     from flax import nnx
 
-    from bench_train_step import make_model
+    from jaxrl_reason.experiment.perf import bench_model
     from jaxrl_reason.rl.batch import scored_size
     from jaxrl_reason.rl.losses import pg_spec, sft_spec
     from jaxrl_reason.train.state import make_optimizer
@@ -84,7 +81,7 @@ def main():
           f"{'ratio':>7}{'max |d loss|':>14}")
     for vocab in args.vocab:
         batch = rlv_batch(vocab)
-        graphdef, params = nnx.split(make_model(vocab))
+        graphdef, params = nnx.split(bench_model(vocab))
         opt = make_optimizer(1e-6, total_steps=10)
         update = make_update(graphdef, opt, terms)
         scored = scored_size(batch)

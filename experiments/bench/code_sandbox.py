@@ -1,6 +1,6 @@
 """Benchmark the code sandbox: per-program start-up cost and programs/s through the pool.
 
-    python experiments/bench_code_sandbox.py [--workers 2] [--trivial 60] [--timeouts 6] [--repeats 30]
+    python experiments/bench/code_sandbox.py [--workers 2] [--trivial 60] [--timeouts 6] [--repeats 30]
 
 Rows (all measured in this one process run, same interpreter for sandbox and baseline):
   start-up     one trivial program, serially: plain `python -I -c` vs bare bwrap vs the full sandbox path

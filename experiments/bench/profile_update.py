@@ -1,11 +1,11 @@
-"""Times the fused update alone on bench_train_step's workload, and optionally lists where XLA spends it.
+"""Times the fused update alone on bench/train_step.py's workload, and optionally lists where XLA spends it.
 
-    python experiments/profile_update.py [--share-prompts 1|0] [--matmuls auto|eigen|ynn]
-                                         [--scan-residuals matmuls|all] [--scan-layers 1|0] [--reps 5] [--ops 25]
+    python experiments/bench/profile_update.py [--share-prompts 1|0] [--matmuls auto|eigen|ynn]
+                                              [--scan-residuals matmuls|all] [--scan-layers 1|0] [--reps 5] [--ops 25]
 
-Workload: bench_train_step's model (hidden 256, 4 layers, vocabulary 4,096, random weights, float32) and one
-GRPO batch of 64 rows (8 samples of 8 prompts; 16 prompt + 64 trained completion tokens), the PPO-clip term,
-AdamW. Prints the update's seconds for `--reps` calls after one compile call and their median. With `--ops N`, one
+Workload: the benchmarks' model (`experiment.perf.bench_model`: hidden 256, 4 layers, vocabulary 4,096, random
+weights, float32) and one GRPO batch of 64 rows (8 samples of 8 prompts; 16 prompt + 64 trained completion tokens),
+the PPO-clip term, AdamW. Prints the update's seconds for `--reps` calls after one compile call and their median. With `--ops N`, one
 more call runs under `jax.profiler.trace` and the N largest XLA ops by total duration are listed (with
 `--matmuls ynn` the weight matmuls are XLA:CPU's `ynn_fusion` kernels, summed into one line; with the CPU default
 "eigen" they run inside XLA's own dot thunks, which the trace attributes less completely).
@@ -19,15 +19,12 @@ import gzip
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
@@ -63,7 +60,7 @@ def main():
     import jax
     from flax import nnx
 
-    from bench_train_step import make_model
+    from jaxrl_reason.experiment.perf import bench_model
     from jaxrl_reason.rl.batch import build_token_batch, scored_size
     from jaxrl_reason.rl.losses import pg_spec
     from jaxrl_reason.rl.prefix import share_prefixes
@@ -78,7 +75,7 @@ def main():
                               [rng.integers(1, vocab, completion).tolist() for _ in range(rows)],
                               rng.normal(size=rows).astype(np.float32),
                               [(-8.0 + 0.1 * rng.normal(size=completion)).tolist() for _ in range(rows)], "solve")
-    graphdef, params = nnx.split(make_model(vocab, scan_layers=bool(args.scan_layers),
+    graphdef, params = nnx.split(bench_model(vocab, scan_layers=bool(args.scan_layers),
                                             scan_residuals=args.scan_residuals))
     opt = make_optimizer(1e-6, total_steps=10)
     update = make_update(graphdef, opt, (pg_spec(("solve",), aggregation="seq_mean_token_mean"),),

@@ -1,6 +1,6 @@
 """RL^V on the CPU default task: does training the policy to verify its own solutions pay off at test time?
 
-    python experiments/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100] [--seed 1]
+    python experiments/research/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100] [--seed 1]
 
 Trains (or resumes; a finished run is only evaluated) three runs of the embedded default task (`configs/rlv.py`)
 that share one tokenizer and the same SFT on worked solutions (config and seed; the plain arm runs it again):
@@ -29,25 +29,18 @@ This is a benchmark, not a test: ~50 minutes on 2 CPU cores with `--rl-steps 100
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
-HERE = os.path.dirname(os.path.abspath(__file__))
 
+from jaxrl_reason.configs import load_config_file  # noqa: E402
 
-def load_config(path):
-    spec = importlib.util.spec_from_file_location(f"cfg_{abs(hash(path))}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
 # Run order: the control makes the shared warm-up, GRPO^V starts from it, plain GRPO shares only the tokenizer.
@@ -191,10 +184,10 @@ def results_table(evals: dict, checks: list, n: int) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", default="runs/bench_rlv")
-    ap.add_argument("--grpo-config", default=os.path.join(HERE, "configs", "rlv.py"),
+    ap.add_argument("--grpo-config", default=os.path.join(CONFIGS, "rlv.py"),
                     help="the baseline arms' config; its method is forced to plain GRPO, and for grpo_plain its "
                          "verification warm-up is dropped (default: the GRPO^V config)")
-    ap.add_argument("--rlv-config", default=os.path.join(HERE, "configs", "rlv.py"))
+    ap.add_argument("--rlv-config", default=os.path.join(CONFIGS, "rlv.py"))
     ap.add_argument("--n", type=int, default=16, help="samples per question (N of weighted@N, maj@N, BoN@N)")
     ap.add_argument("--questions", type=int, default=256, help="held-out questions to evaluate")
     ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the configs' rl.steps)")
@@ -206,14 +199,14 @@ def main(argv=None):
 
     from absl import logging
     logging.set_verbosity(logging.WARNING)
-    import train as train_script
+    from jaxrl_reason.experiment.pipeline import run
 
     t0 = time.time()
-    seed = args.seed if args.seed is not None else load_config(args.rlv_config).seed
+    seed = args.seed if args.seed is not None else load_config_file(args.rlv_config).seed
     claim_seed(os.path.abspath(args.workdir), seed)
     cfgs = {}
     for arm in ARMS:
-        cfg = load_config(args.rlv_config if arm == "rlv" else args.grpo_config)
+        cfg = load_config_file(args.rlv_config if arm == "rlv" else args.grpo_config)
         if arm != "rlv":
             as_plain_grpo(cfg, verify_warmup=arm == "grpo")
         cfg.workdir = os.path.join(os.path.abspath(args.workdir), arm)
@@ -229,7 +222,7 @@ def main(argv=None):
             print(f"== {arm}: {cfg.workdir} (trained for {cfg.rl.steps} RL steps already)")
         else:
             print(f"== {arm}: {cfg.workdir}")
-            train_script.run(cfg)
+            run(cfg)
         cfgs[arm] = cfg
     evals = {}
     for arm, cfg in cfgs.items():

@@ -1,6 +1,6 @@
 """How well can a policy learn to verify its own samples? The RL^V verifier's ceiling, without any RL.
 
-    python experiments/probe_verifier.py [--hidden 96 --layers 3] [--sft-steps 450 700] [--verify-questions 2048]
+    python experiments/research/probe_verifier.py [--hidden 96 --layers 3] [--sft-steps 450 700] [--verify-questions 2048]
 
 For each SFT length: SFT on worked solutions (as `experiments/train.py` does; the SFT model is cached per model
 shape and length under --cache, so later probes of the same policy skip it), greedy held-out accuracy, then the
@@ -27,14 +27,13 @@ import collections
 import functools
 import os
 import re
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 _STEP_RE = re.compile(r"(-?\d+) ([+\-*]) (-?\d+) = (-?\d+)")
 _BOX_RE = re.compile(r"\\boxed\{(-?\d+)\}")
@@ -130,17 +129,17 @@ def cut_after_slip(right: str, slipped: str) -> tuple[str, str]:
     return "\n".join(a[:k + 1]), "\n".join(b[:k + 1])
 
 
-def pairs_only(model, tokenizer, cfg, examples, heldout, args, prompt_fn):
+def pairs_only(model, tokenizer, rc, examples, heldout, args, prompt_fn):
     """--pairs-only: the verdict trained on contrast pairs alone; -> (before, after, train rows, NLL curve, s)."""
     import numpy as np
 
-    import train as train_script
+    from jaxrl_reason.experiment.warmup import verify_contrast_fn
     from jaxrl_reason.inference.verifier import verifier_accuracy, verify_rows
     from jaxrl_reason.train.verify_warmup import contrast_pairs, train_verdicts
 
-    rng = np.random.default_rng([cfg.seed, 0x9A1E])
-    # train.py's check of the task and solution style, with the probe's slip kinds
-    slip = functools.partial(train_script.verify_contrast_fn(cfg, "slips"), kinds=tuple(args.slip_kinds.split(",")))
+    rng = np.random.default_rng([rc.seed, 0x9A1E])
+    # the run's check of the task and solution style, with the probe's slip kinds
+    slip = functools.partial(verify_contrast_fn(rc, "slips"), kinds=tuple(args.slip_kinds.split(",")))
 
     def pairs(exs):
         q, s, lab = contrast_pairs(exs, slip, rng)
@@ -153,15 +152,15 @@ def pairs_only(model, tokenizer, cfg, examples, heldout, args, prompt_fn):
     before = verifier_accuracy(model, tokenizer, hq, hs, hl)
     q, s, lab = pairs(examples)
     history = train_verdicts(model, tokenizer, verify_rows(tokenizer, q, s, lab), examples, steps=args.verify_steps,
-                             batch_size=cfg.sft.verify_batch_size, solve_batch_size=cfg.sft.verify_solve_rows,
-                             lr=args.verify_lr, rng=rng, seed=cfg.seed, progress=False, prompt_fn=prompt_fn)
+                             batch_size=rc.sft.verify_batch_size, solve_batch_size=rc.sft.verify_solve_rows,
+                             lr=args.verify_lr, rng=rng, seed=rc.seed, progress=False, prompt_fn=prompt_fn)
     after = verifier_accuracy(model, tokenizer, hq, hs, hl)
     return before, after, len(lab), nll_by_tenth(history), time.time() - t
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--config", default=os.path.join(HERE, "configs", "rlv.py"))
+    p.add_argument("--config", default=os.path.join(CONFIGS, "rlv.py"))
     p.add_argument("--hidden", type=int, default=0, help="model width (0 = the config's)")
     p.add_argument("--layers", type=int, default=0, help="model depth (0 = the config's)")
     p.add_argument("--intermediate", type=int, default=0, help="SwiGLU size (0 = 3 x width)")
@@ -209,16 +208,18 @@ def main():
     from absl import logging
     from flax import nnx
 
-    sys.path.insert(0, HERE)
-    import bench_rlv
-    import train as train_script
-    from jaxrl_reason.train.trainer import evaluate_accuracy, sft_train
+    from jaxrl_reason.configs import load_config_file
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.warmup import verify_contrast_fn, warmed_up_policy, without_verify_warmup
+    from jaxrl_reason.train.trainer import evaluate_accuracy
     from jaxrl_reason.train.verify_warmup import sample_labelled_solutions, verify_warmup
 
     logging.set_verbosity(logging.WARNING)
     rows = []
     for sft_steps in args.sft_steps:
-        cfg = bench_rlv.load_config(args.config)
+        cfg = load_config_file(args.config)
         if args.hidden:
             cfg.model.hidden_size = args.hidden
             cfg.model.intermediate_size = args.intermediate or 3 * args.hidden
@@ -232,9 +233,10 @@ def main():
             raise SystemExit(f"--verify-questions must be in [1, sft.examples={cfg.sft.examples}]: the probe samples "
                              "on warm-up questions only")
         cfg.rl.progress = False
-        temperature = args.temperature or cfg.rl.temperature
-        m = cfg.model
-        tag = f"h{m.hidden_size}_l{m.num_hidden_layers}_i{m.intermediate_size}_sft{cfg.sft.steps}_seed{cfg.seed}"
+        rc = without_verify_warmup(read_run_config(cfg))  # the probe runs its own verification warm-up
+        temperature = args.temperature or rc.rl.temperature
+        m = rc.model
+        tag = f"h{m.hidden_size}_l{m.num_hidden_layers}_i{m.intermediate_size}_sft{rc.sft.steps}_seed{rc.seed}"
         workdir = os.path.abspath(os.path.join(args.cache, tag))
         if args.init:
             workdir = os.path.abspath(args.init)
@@ -244,45 +246,38 @@ def main():
                     raise SystemExit(f"--init {args.init}: {need} is missing; pass a train.py run directory that "
                                      "has finished its warm-up")
         os.makedirs(workdir, exist_ok=True)
-        train, heldout, reward_fn, prompt_fn = train_script.build_data(cfg)
-        tokenizer = train_script.build_tokenizer(cfg, train, workdir, prompt_fn)
-        sft_dir = os.path.join(workdir, "sft_model")
+        task = build_data(rc.data, rc.seed)
+        train, heldout, reward_fn, prompt_fn = task
+        tokenizer = build_tokenizer(rc, train, workdir, prompt_fn)
         t = time.time()
-        if os.path.exists(os.path.join(sft_dir, "config.json")):
-            model = train_script.load_hf(sft_dir, cfg)
-        else:
-            model = train_script.build_model(cfg, tokenizer, workdir)
-            sft_train(model, tokenizer, train[:cfg.sft.examples], steps=cfg.sft.steps, batch_size=cfg.sft.batch_size,
-                      lr=cfg.sft.lr, warmup_steps=cfg.sft.warmup_steps, seed=cfg.seed, progress=False,
-                      prompt_fn=prompt_fn)
-            train_script.save_hf(model, sft_dir)
+        model, _ = warmed_up_policy(rc, tokenizer, task, workdir)  # the SFT model, cached in the workdir
         sft_s = time.time() - t
         greedy = evaluate_accuracy(model, nnx.state(model), tokenizer, heldout, reward_fn,
-                                   max_new_tokens=cfg.rl.max_new_tokens, batch_size=cfg.rl.eval_batch_size,
+                                   max_new_tokens=rc.rl.max_new_tokens, batch_size=rc.rl.eval_batch_size,
                                    progress=False, prompt_fn=prompt_fn)["accuracy"]
         examples = train[:args.verify_questions]
         if args.pairs_only:
-            res = pairs_only(model, tokenizer, cfg, examples, heldout, args, prompt_fn)
-            rows.append((tag, sft_s, greedy) + res + (votes(model, tokenizer, heldout, args, cfg, temperature),))
+            res = pairs_only(model, tokenizer, rc, examples, heldout, args, prompt_fn)
+            rows.append((tag, sft_s, greedy) + res + (votes(model, tokenizer, heldout, args, rc, temperature),))
             print(f"[{tag}] done", flush=True)
             continue
         if args.errors:
             q, s, lab = sample_labelled_solutions(model, tokenizer, examples[:256], reward_fn,
                                                   samples_per_question=args.samples,
-                                                  max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature,
-                                                  key=jax.random.PRNGKey(cfg.seed + 1), prompt_fn=prompt_fn)
+                                                  max_new_tokens=rc.rl.max_new_tokens, temperature=temperature,
+                                                  key=jax.random.PRNGKey(rc.seed + 1), prompt_fn=prompt_fn)
             print(f"[{tag}] wrong samples of 256 questions x {args.samples}: {error_table(q, s, lab, args.samples)}",
                   flush=True)
         t = time.time()
         res = verify_warmup(model, tokenizer, examples, reward_fn, steps=args.verify_steps,
-                            batch_size=cfg.sft.verify_batch_size, solve_batch_size=cfg.sft.verify_solve_rows,
+                            batch_size=rc.sft.verify_batch_size, solve_batch_size=rc.sft.verify_solve_rows,
                             lr=args.verify_lr, samples_per_question=args.samples,
-                            max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature,
-                            holdout_frac=args.holdout, seed=cfg.seed, progress=False, prompt_fn=prompt_fn,
-                            balance=args.balance, contrast_fn=train_script.verify_contrast_fn(cfg, args.contrast))
+                            max_new_tokens=rc.rl.max_new_tokens, temperature=temperature,
+                            holdout_frac=args.holdout, seed=rc.seed, progress=False, prompt_fn=prompt_fn,
+                            balance=args.balance, contrast_fn=verify_contrast_fn(rc, args.contrast))
         curve = nll_by_tenth(res["history"])
         probe_s = time.time() - t
-        vote = votes(model, tokenizer, heldout, args, cfg, temperature)
+        vote = votes(model, tokenizer, heldout, args, rc, temperature)
         rows.append((tag, sft_s, greedy, res, curve, probe_s, vote))
         print(f"[{tag}] done", flush=True)
 
@@ -303,14 +298,14 @@ def main():
         print_vote_table(rows, args, temperature)
 
 
-def votes(model, tokenizer, heldout, args, cfg, temperature):
+def votes(model, tokenizer, heldout, args, rc, temperature):
     """--vote-questions: fresh samples of held-out questions scored by the model itself (None when 0)."""
     from jaxrl_reason.inference.test_time import evaluate
 
     if not args.vote_questions:
         return None
     return evaluate(model, tokenizer, heldout[:args.vote_questions], n=args.vote_n,
-                    max_new_tokens=cfg.rl.max_new_tokens, temperature=temperature, seed=cfg.seed, progress=False,
+                    max_new_tokens=rc.rl.max_new_tokens, temperature=temperature, seed=rc.seed, progress=False,
                     keep_samples=False)
 
 

@@ -1,6 +1,6 @@
 """One GRPO step, end to end: generation + reward + update, through the real Trainer.
 
-    python experiments/bench_train_step.py [--steps 5] [--vocab 4096] [--trl]
+    python experiments/bench/train_step.py [--steps 5] [--vocab 4096] [--trl]
 
 Workload (as in ../shared/peers/trl/bench_trl_grpo.py): the sampler benchmark's tiny Qwen2 (hidden 256,
 4 layers, 4/2 heads, FFN 1024, tied embeddings, random weights), 8 prompts x 8 samples, 16-token prompts,
@@ -24,10 +24,12 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
+
+from jaxrl_reason.experiment.perf import (bench_model, matmul_weights, sampler_floor,  # noqa: E402
+                                          through_matmuls, time_runs)
 
 PROMPT_LEN, NEW_TOKENS, Q, G = 16, 64, 8, 8
 TRL_RECORDED = dict(step_s=3.36, gen_s=1.38, update_s=1.93, tok_s=1218.2)  # ../shared/peers/trl/results
@@ -65,16 +67,6 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def make_model(vocab, seed=0, scan_layers=True, scan_residuals="matmuls"):
-    from jaxrl_reason.models.qwen2 import ModelConfig, init_model
-
-    cfg = ModelConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=1024, max_position_embeddings=2048,
-                      tie_word_embeddings=True, rope_theta=1e6, scan_layers=scan_layers,
-                      scan_residuals=scan_residuals)
-    return init_model(cfg, seed)
-
-
 def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True, scan_residuals="matmuls"):
     from jaxrl_reason.data.datasets import Example
     from jaxrl_reason.methods.grpo import GRPO
@@ -90,7 +82,7 @@ def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True, scan_r
                         checkpoint_every=0, progress=False, head_at_trained_only=head_at_trained_only)
     reward = lambda texts, ex: math_reward(texts, [e.answer for e in ex])
     with tempfile.TemporaryDirectory() as tmp:
-        model = make_model(vocab, scan_layers=scan_layers, scan_residuals=scan_residuals)
+        model = bench_model(vocab, scan_layers=scan_layers, scan_residuals=scan_residuals)
         trainer = Trainer(model, DigitTokenizer(vocab), GRPO("grpo"), examples,
                           reward, cfg, tmp)
         trainer.save = lambda: None  # checkpoint I/O is not part of a step
@@ -113,8 +105,6 @@ def update_floor(cfg, repeats=3):
     import jax.numpy as jnp
 
     from jaxrl_reason.train.update import training_compiler_options
-
-    from bench_sampler import matmul_weights, through_matmuls, time_runs
 
     weights = matmul_weights(cfg)
     rows, t, h = Q * G, PROMPT_LEN + NEW_TOKENS, cfg.hidden_size
@@ -139,7 +129,7 @@ def prepare_trl_inputs(vocab, tmp):
     from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
     from jaxrl_reason.models.hf_port import save_pretrained
 
-    save_pretrained(make_model(vocab), os.path.join(tmp, "m"))
+    save_pretrained(bench_model(vocab), os.path.join(tmp, "m"))
     texts = [f"What is {a}+{b}? {a + b}" for a, b in trl_questions()]
     train_tiny_tokenizer(texts * 20, os.path.join(tmp, "tok"), vocab_size=min(vocab, 512))
 
@@ -212,7 +202,7 @@ def main():
                     help="1: the training forward scans over the stacked layers (the default); 0: unrolled")
     ap.add_argument("--floor", action="store_true",
                     help="also measure this machine's floor for the step (its matmuls alone: the sampler's as in "
-                         "bench_sampler.py --floor, the update's gradient) and the largest ratio over TRL it allows")
+                         "bench/sampler.py --floor, the update's gradient) and the largest ratio over TRL it allows")
     ap.add_argument("--head-at-trained-only", type=int, default=1, choices=(0, 1),
                     help="1: the update's LM head runs only at trained positions (the default); 0: at every one")
     ap.add_argument("--scan-residuals", default="matmuls", choices=("matmuls", "all"),
@@ -246,10 +236,8 @@ def main():
               f"{r['tok_s']:9.0f}   <- ../shared/peers/trl/results, another run: orientation only")
         print(f"ratio vs recorded TRL: {ours['tok_s'] / r['tok_s']:.2f}x (not measured in the same run)")
     if args.floor:
-        from bench_sampler import bench_floor
-
-        cfg = make_model(args.vocab).config
-        fs = bench_floor(cfg, Q * G, PROMPT_LEN, NEW_TOKENS, 3)
+        cfg = bench_model(args.vocab).config
+        fs = sampler_floor(cfg, Q * G, PROMPT_LEN, NEW_TOKENS, 3)
         fu = update_floor(cfg)
         floor = fs["floor_s"] + fu
         print(f"floor (matmuls alone, XLA, this machine): sampling {fs['floor_s']:.2f} s "

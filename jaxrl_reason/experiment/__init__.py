@@ -1,0 +1,3 @@
+"""What the entry points under experiments/ share: the typed run config (`config`), named data sources (`data`),
+model and tokenizer build/load/save (`model`), the SFT and verification warm-ups (`warmup`), a whole training run
+(`pipeline.run`), its report (`report`), and the performance tools' workloads (`perf`)."""

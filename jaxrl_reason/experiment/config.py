@@ -1,0 +1,161 @@
+"""The typed run config: one dataclass per section of an `experiments/train.py` config, each knob written once,
+with its default and its meaning. The defaults are the embedded CPU default run (`jaxrl_reason/configs/
+tiny_default.py` only departs from TrainerConfig's RL defaults); the `rl` section is `TrainerConfig` itself and
+the `method` section `methods.MethodConfig`.
+
+`default_config()` is every knob as an ml_collections ConfigDict, so each is reachable as `--config.<section>.<knob>`;
+`read_run_config(cfg)` turns a ConfigDict back into a RunConfig and refuses any key it does not know, naming it and
+the valid ones (`knobs.UnknownKnobError`), before a run touches anything.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional
+
+import ml_collections
+
+from jaxrl_reason.knobs import check_known, plain, read_section, section_dict
+from jaxrl_reason.methods import MethodConfig, method_section, read_method_config
+from jaxrl_reason.train.trainer import TrainerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSection:
+    """The policy: a checkpoint to load, else the shape of a model trained from scratch."""
+
+    hf_path: str = ""  # an HF Qwen2/Qwen2.5/Qwen3/Llama directory; empty = the tiny model below, from scratch
+    gguf_path: str = ""  # a llama.cpp .gguf file (model + tokenizer), instead of hf_path
+    dtype: str = "float32"  # parameter storage dtype
+    compute_dtype: str = ""  # activation/matmul dtype; empty = same as dtype
+    hidden_size: int = 96  # tiny model width
+    num_hidden_layers: int = 3  # tiny model depth
+    num_attention_heads: int = 4  # query heads
+    num_key_value_heads: int = 2  # KV heads (grouped-query attention)
+    intermediate_size: int = 288  # SwiGLU hidden size
+    max_position_embeddings: int = 512  # context length
+    tie_word_embeddings: bool = True  # share embedding and output matrices
+    remat: bool = False  # recompute each layer in the backward pass (less activation memory, ~1/3 more compute)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSection:
+    path: str = ""  # a local HF tokenizer directory; empty = train a small BPE on the task's text
+    vocab_size: int = 384  # size of the trained BPE (only when path is empty)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSection:
+    """Where problems and their reward come from (`experiment.data.SOURCES`)."""
+
+    source: str = "arithmetic"  # arithmetic | reasoning_gym | file | code
+    train_size: int = 20000  # generated training problems (arithmetic / reasoning_gym / generated code)
+    heldout_size: int = 256  # held-out problems for before/after accuracy (disjoint questions)
+    min_digits: int = 1  # arithmetic: digits per operand, lower bound
+    max_digits: int = 1  # arithmetic: digits per operand, upper bound
+    min_operands: int = 5  # arithmetic: operands per expression, lower bound
+    max_operands: int = 5  # arithmetic: operands per expression, upper bound
+    operations: str = "+"  # arithmetic: operators to draw from
+    solution_style: str = "compact"  # arithmetic worked solutions: compact (a op b = r lines) | columns | rewrite
+    reward: str = "answer"  # arithmetic: answer (boxed answer only) | answer_and_steps (also every compact step)
+    answer_extraction: str = "boxed"  # boxed (strict) | boxed_or_last_number (no box: grade the last number)
+    task: str = ""  # reasoning_gym task name (source=reasoning_gym)
+    path: str = ""  # source=file: JSONL/Parquet/HF-datasets directory; source=code: a JSONL, "humaneval" or ""
+    heldout_path: str = ""  # optional separate held-out file (source=file); else split off train
+    question_field: str = "question"  # question field name for source=file
+    answer_field: str = "answer"  # answer field name for source=file
+
+
+@dataclasses.dataclass(frozen=True)
+class SftSection:
+    """The supervised warm-up on worked solutions, and the self-labelled verification warm-up after it (RL^V's
+    cold start: the policy samples, the reward labels, it learns "Yes"/"No" on verify prompts;
+    train/verify_warmup.py)."""
+
+    # 450 leaves the tiny policy at ~50% held-out with faithful chains; 350 steps on 3,000 examples left it
+    # miscopying operands (1% faithful chains), where RL only swung.
+    steps: int = 450  # supervised warm-up steps on worked solutions (0 = none)
+    batch_size: int = 16  # worked solutions per warm-up step
+    lr: float = 3e-3  # warm-up learning rate (cosine schedule)
+    warmup_steps: int = 10  # learning-rate warm-up steps of the SFT
+    examples: int = 6000  # how many training problems the warm-up sees (the rest are left for RL)
+    verify_steps: int = 0  # verification warm-up steps after SFT (0 = none)
+    verify_questions: int = 512  # warm-up questions sampled for it (taken from the SFT slice)
+    verify_samples: int = 4  # samples per question, each labelled by the task reward (0: contrast pairs only)
+    verify_batch_size: int = 32  # verification rows per step
+    verify_solve_rows: int = 8  # worked-solution rows per step alongside them (keeps the solving skill)
+    verify_lr: float = 1e-3  # verification warm-up learning rate
+    verify_balance: str = "subsample"  # subsample: class balance over all rows | per_question: within each question
+    # none | slips: also train on each warm-up question's worked solution ("Yes") beside a copy with one slip ("No")
+    verify_contrast: str = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSection:
+    """The batch a launch config's mesh was planned for (experiments/launch/preflight.py and the tests re-check
+    the fit)."""
+
+    train_rows: int = 0  # global rows of one update
+    sample_rows: int = 0  # global rows decoded together
+    context: int = 0  # tokens per row (prompt + completion)
+    prompt_tokens: int = 0  # of which the prompt
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelSection:
+    mesh_shape: Mapping = dataclasses.field(  # devices per axis, -1 = the rest; all 1 = one device
+        default_factory=lambda: {"data": 1, "fsdp": 1, "tp": 1})
+    distributed: bool = False  # join processes with jax.distributed (JAX_COORDINATOR_ADDRESS... or auto)
+    device_memory_gb: float = 0  # per-device memory the launch config was planned for (0 = not planned)
+    prompt_tokens: int = 256  # preflight without a plan: the prompt part of the context it plans for
+    plan: Optional[PlanSection] = None  # the planned batch (launch configs only)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A whole run of experiments/train.py."""
+
+    workdir: str = "runs/tiny_default"  # checkpoints, logs, plots, final HF checkpoint; an existing run resumes
+    seed: int = 0  # seeds model init, data order and sampling (also the RL loop's seed)
+    model: ModelSection = dataclasses.field(default_factory=ModelSection)
+    tokenizer: TokenizerSection = dataclasses.field(default_factory=TokenizerSection)
+    data: DataSection = dataclasses.field(default_factory=DataSection)
+    sft: SftSection = dataclasses.field(default_factory=SftSection)
+    method: MethodConfig = dataclasses.field(default_factory=MethodConfig)
+    rl: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # the RL loop; its seed is `seed`
+    parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
+
+
+_SECTIONS = {"model": ModelSection, "tokenizer": TokenizerSection, "data": DataSection, "sft": SftSection,
+             "parallel": ParallelSection}
+
+
+def read_run_config(cfg) -> RunConfig:
+    """A run's ConfigDict (or mapping, or a RunConfig, returned as it is) as a RunConfig. Refuses an unknown key
+    in any section, an unknown method or estimator, and what TrainerConfig's own checks refuse; resolves
+    `method.max_len=0` to `rl.max_new_tokens`."""
+    if isinstance(cfg, RunConfig):
+        return cfg
+    values = plain(cfg)
+    check_known("", values, [f.name for f in dataclasses.fields(RunConfig)])
+    top = RunConfig()
+    seed = values.get("seed", top.seed)
+    sections = {name: read_section(cls, name, values.get(name)) for name, cls in _SECTIONS.items()}
+    rl = read_section(TrainerConfig, "rl", values.get("rl"), seed=seed)
+    method = read_method_config(values.get("method"))
+    if method.loss.max_len is None:  # seq_mean_token_sum_norm's fixed length: the completion budget
+        method = dataclasses.replace(method, loss=dataclasses.replace(method.loss, max_len=rl.max_new_tokens))
+    return RunConfig(workdir=values.get("workdir", top.workdir), seed=seed, method=method, rl=rl, **sections)
+
+
+def run_config_dict(rc: RunConfig) -> dict:
+    """A RunConfig as the plain dict of its ml_collections config (`read_run_config`'s inverse)."""
+    out = {"workdir": rc.workdir, "seed": rc.seed}
+    out.update({name: section_dict(getattr(rc, name)) for name in _SECTIONS})
+    out["rl"] = section_dict(rc.rl, skip=("seed",))
+    out["method"] = method_section(rc.method)
+    return out
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every knob of a run at its default, as the ConfigDict a config file's get_config() starts from."""
+    return ml_collections.ConfigDict(run_config_dict(RunConfig()))

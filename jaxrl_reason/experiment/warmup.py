@@ -1,0 +1,113 @@
+"""The warm-ups before RL: supervised fine-tuning on worked solutions, then (RL^V's cold start) the self-labelled
+verification warm-up; their checks run at start-up, before any of them trains."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+
+from jaxrl_reason.experiment.config import RunConfig
+from jaxrl_reason.experiment.data import TaskData
+from jaxrl_reason.experiment.model import build_model, load_hf, save_hf
+
+
+def check_verify_warmup(rc: RunConfig) -> None:
+    """Fails before any training when the verification warm-up is asked for but cannot run."""
+    s = rc.sft
+    if s.verify_steps <= 0:
+        return
+    if s.steps <= 0:
+        raise ValueError("config sft.verify_steps > 0 needs the SFT warm-up (sft.steps > 0): the verification "
+                         "warm-up runs right after it, on its questions")
+    contrast = verify_contrast_fn(rc)  # raises on an unknown or unusable sft.verify_contrast
+    if s.verify_samples < 0 or (s.verify_samples == 0 and contrast is None):
+        raise ValueError(f"config sft.verify_samples={s.verify_samples} must be >= 1 (self-labelled rows), or 0 "
+                         "with sft.verify_contrast='slips' (contrast pairs only)")
+    if not 0 < s.verify_questions <= s.examples:
+        raise ValueError(f"config sft.verify_questions={s.verify_questions} must be in [1, sft.examples={s.examples}]; "
+                         "the verification warm-up samples on warm-up questions only (RL's are kept unseen)")
+
+
+def verify_contrast_fn(rc: RunConfig, contrast: str = ""):
+    """`sft.verify_contrast` (or `contrast`) as the warm-up's `contrast_fn`: None for "none", the data source's
+    one-slip copies of worked solutions for "slips" (arithmetic only)."""
+    contrast = contrast or rc.sft.verify_contrast
+    if contrast == "none":
+        return None
+    if contrast != "slips":
+        raise ValueError(f"config sft.verify_contrast={contrast!r} is unknown; use none | slips")
+    if rc.data.source != "arithmetic":
+        raise ValueError(f"config sft.verify_contrast='slips' needs data.source='arithmetic' (its worked solutions "
+                         f"get one slip each), got {rc.data.source!r}; set sft.verify_contrast='none'")
+    style = rc.data.solution_style
+    if style not in ("compact", "rewrite"):
+        raise ValueError(f"config sft.verify_contrast='slips' needs data.solution_style 'compact' or 'rewrite', got "
+                         f"{style!r}")
+    from jaxrl_reason.data.arithmetic import slipped_example_solution
+
+    return functools.partial(slipped_example_solution, style=style)
+
+
+def _writer(workdir: str, name: str):
+    from jaxrl_reason.parallel.mesh import is_main_process
+    from jaxrl_reason.train.metrics import MetricsWriter
+
+    return MetricsWriter(os.path.join(workdir, name), enabled=is_main_process())
+
+
+def run_sft(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> float:
+    """The supervised warm-up on the first `sft.examples` training problems; -> seconds. Logs to logs_sft/."""
+    from jaxrl_reason.train.trainer import sft_train
+
+    s = rc.sft
+    writer = _writer(workdir, "logs_sft")
+    t = time.time()
+    sft_train(model, tokenizer, task.train[:s.examples], steps=s.steps, batch_size=s.batch_size, lr=s.lr,
+              warmup_steps=s.warmup_steps, seed=rc.seed, writer=writer, progress=rc.rl.progress,
+              prompt_fn=task.prompt_fn, mesh=mesh)
+    writer.close()
+    return time.time() - t
+
+
+def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str) -> dict:
+    """The self-labelled verification warm-up (`train/verify_warmup.py`) on the SFT slice's first questions."""
+    from jaxrl_reason.train.verify_warmup import verify_warmup
+
+    s = rc.sft
+    writer = _writer(workdir, "logs_verify_warmup")
+    t = time.time()
+    res = verify_warmup(model, tokenizer, task.train[:s.verify_questions], task.reward_fn, steps=s.verify_steps,
+                        batch_size=s.verify_batch_size, solve_batch_size=s.verify_solve_rows, lr=s.verify_lr,
+                        samples_per_question=s.verify_samples, max_new_tokens=rc.rl.max_new_tokens,
+                        balance=s.verify_balance, contrast_fn=verify_contrast_fn(rc),
+                        temperature=rc.rl.temperature, seed=rc.seed, progress=rc.rl.progress, writer=writer,
+                        prompt_fn=task.prompt_fn)
+    writer.close()
+    res.pop("history")
+    res["seconds"] = time.time() - t
+    b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
+    print(f"verification warm-up: {res['rows']} self-labelled + {res['contrast_rows']} contrast rows; held-out "
+          f"balanced accuracy {b:.1%} -> {a:.1%}")
+    return res
+
+
+def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mesh=None):
+    """-> (the policy RL starts from, what its warm-ups report). With `sft.steps` > 0 the warmed-up model is kept
+    in <workdir>/sft_model and reused from there by a later run (nothing is reported then)."""
+    sft_dir = os.path.join(workdir, "sft_model")
+    if rc.sft.steps > 0 and os.path.exists(os.path.join(sft_dir, "config.json")):
+        return load_hf(sft_dir, rc.model, mesh), {}
+    model = build_model(rc, tokenizer, mesh)
+    if rc.sft.steps <= 0:
+        return model, {}
+    report = {"sft_seconds": run_sft(rc, model, tokenizer, task, workdir, mesh)}
+    if rc.sft.verify_steps > 0:
+        report["verify_warmup"] = run_verify_warmup(rc, model, tokenizer, task, workdir)
+    save_hf(model, sft_dir)
+    return model, report
+
+
+def without_verify_warmup(rc: RunConfig) -> RunConfig:
+    """The same run with the verification warm-up off (the SFT alone)."""
+    return dataclasses.replace(rc, sft=dataclasses.replace(rc.sft, verify_steps=0))
