@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
-import statistics
 import subprocess
 import sys
 import time
 
+from jaxrl_reason.experiment.perf import time_runs
 from jaxrl_reason.rewards import sandbox as sandbox_lib
 from jaxrl_reason.rewards.code import CodeTests, Sandbox, SandboxConfig, code_reward
 
@@ -28,12 +28,7 @@ SPIN = "def f(x):\n    while True:\n        pass\n"
 
 def _median_seconds(fn, repeats: int) -> float:
     fn()  # warm the page cache and the pool
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return time_runs(fn, repeats)
 
 
 def main() -> None:
