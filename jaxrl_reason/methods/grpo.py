@@ -50,9 +50,9 @@ def group_advantages(rewards: np.ndarray, estimator: str, **kwargs) -> np.ndarra
     return np.asarray(adv_lib.compute_advantages(estimator, np.asarray(rewards, np.float32), **kwargs))
 
 
-def solve_rows(rollouts: Rollouts, advantages: np.ndarray, *, pad_id: int, task: str = "solve",
-               loss: Optional[PolicyLossConfig] = None) -> tuple[TokenBatch, dict]:
-    """The rollouts as `task` rows with [Q, G] advantages, and metrics. With `loss`, its sampled-row corrections:
+def solve_rows(rollouts: Rollouts, advantages: np.ndarray, loss: PolicyLossConfig, *, pad_id: int,
+               task: str = "solve") -> tuple[TokenBatch, dict]:
+    """The rollouts as `task` rows with [Q, G] advantages, and metrics, with `loss`'s sampled-row corrections:
     truncated importance weights folded into per-token advantages (`rl.importance`), DAPO's overlong filter."""
     g = rollouts.group_size
     n = len(rollouts.completions)
@@ -60,15 +60,15 @@ def solve_rows(rollouts: Rollouts, advantages: np.ndarray, *, pad_id: int, task:
     adv = list(np.asarray(advantages, np.float32).reshape(-1))
     metrics: dict = {}
     if rollouts.sampling_logprobs is not None:
-        weights, metrics = truncated_is_weights(rollouts.logprobs, rollouts.sampling_logprobs,
-                                                mode=loss.tis if loss else "off", cap=loss.tis_cap if loss else 2.0)
-        if loss is not None and loss.tis != "off":
+        weights, metrics = truncated_is_weights(rollouts.logprobs, rollouts.sampling_logprobs, mode=loss.tis,
+                                                cap=loss.tis_cap)
+        if loss.tis != "off":
             adv = [a * w for a, w in zip(adv, weights)]
-    elif loss is not None and loss.tis != "off":
+    elif loss.tis != "off":
         raise ValueError(f"tis={loss.tis!r} needs the sampler's log q of every sampled token "
                          "(Rollouts.sampling_logprobs), which these rollouts do not carry; set tis='off'")
     masks = None
-    if loss is not None and loss.overlong_filter:
+    if loss.overlong_filter:
         truncated = truncated_mask(rollouts.finish)
         masks = [np.full(len(c), 0.0 if t else 1.0, np.float32) for c, t in zip(rollouts.completions, truncated)]
         metrics["overlong/filtered_frac"] = float(truncated.mean())
@@ -120,7 +120,7 @@ class GRPO:
         rewards, metrics = shaped_rewards(rollouts, self.loss, ctx.max_new_tokens)
         a = group_advantages(rewards, self.estimator, **self.estimator_kwargs)
         metrics.update({f"solve/{k}": v for k, v in adv_lib.group_metrics(rewards, advantages=a).items()})
-        batch, row_metrics = solve_rows(rollouts, a, pad_id=ctx.pad_id, loss=self.loss)
+        batch, row_metrics = solve_rows(rollouts, a, self.loss, pad_id=ctx.pad_id)
         return batch, {**metrics, **row_metrics}
 
     def state_dict(self) -> dict:

@@ -374,26 +374,14 @@ def term_spec(kind: str, tasks, *, name: Optional[str] = None, weight: float = 1
     """A term of a registered kind over the rows of `tasks` (a name or names). A task named here for the first
     time is registered (`rl.batch.register_task`): the terms a method builds declare its tasks, before any update
     is traced. `options` go to the kind's kernel (hashable values)."""
+    name = name or kind
     if kind not in TERM_KINDS:
         raise ValueError(f"unknown term kind {kind!r}; known: {sorted(TERM_KINDS)} (add one with register_term_kind)")
-    if isinstance(tasks, str):
-        tasks = (tasks,)
-    tasks = tuple(tasks)
+    tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
     if not tasks:
-        raise ValueError(f"term {name or kind!r} names no task; give the tasks whose rows it trains on")
+        raise ValueError(f"term {name!r} names no task; give the tasks whose rows it trains on")
     for t in tasks:
         register_task(t)
-    return _spec(name or kind, kind, tasks, weight, aggregation, max_len, options)
-
-
-def _spec(name, kind, tasks, weight, aggregation, max_len, options) -> TermSpec:
-    if isinstance(tasks, str):
-        tasks = (tasks,)
-    tasks = tuple(tasks)
-    for t in tasks:
-        register_task(t)
-    if kind not in TERM_KINDS:
-        raise ValueError(f"unknown term kind {kind!r}; known: {sorted(TERM_KINDS)} (add one with register_term_kind)")
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"term {name!r}: unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
     if aggregation == "seq_mean_token_sum_norm" and not max_len:
@@ -406,9 +394,9 @@ def pg_spec(tasks=("solve",), *, name: str = "pg", weight: float = 1.0, aggregat
             max_len: Optional[int] = None, eps_low: float = 0.2, eps_high: float = 0.2,
             dual_clip: Optional[float] = None) -> TermSpec:
     """PPO-clip policy-gradient term (GRPO/DAPO/CURE/CIPO rows)."""
-    return _spec(name, "ppo_clip", tasks, weight, aggregation, max_len,
-                 {"eps_low": float(eps_low), "eps_high": float(eps_high),
-                  "dual_clip": None if dual_clip is None else float(dual_clip)})
+    return term_spec("ppo_clip", tasks, name=name, weight=weight, aggregation=aggregation, max_len=max_len,
+                     eps_low=float(eps_low), eps_high=float(eps_high),
+                     dual_clip=None if dual_clip is None else float(dual_clip))
 
 
 def kl_spec(tasks=("solve",), *, beta: float, estimator: str = "k3", name: str = "kl",
@@ -416,13 +404,14 @@ def kl_spec(tasks=("solve",), *, beta: float, estimator: str = "k3", name: str =
     """KL-to-reference penalty with coefficient beta; beta = 0 drops it (and the need for ref_logprobs)."""
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
-    return _spec(name, "kl", tasks, beta, aggregation, max_len, {"estimator": estimator})
+    return term_spec("kl", tasks, name=name, weight=beta, aggregation=aggregation, max_len=max_len,
+                     estimator=estimator)
 
 
 def sft_spec(tasks=("verify",), *, name: str = "sft", weight: float = 1.0, aggregation: str = "token_mean",
              max_len: Optional[int] = None) -> TermSpec:
     """Next-token NLL term (RL^V verify with weight lambda; supervised verdicts)."""
-    return _spec(name, "sft", tasks, weight, aggregation, max_len, {})
+    return term_spec("sft", tasks, name=name, weight=weight, aggregation=aggregation, max_len=max_len)
 
 
 def active_terms(terms: Sequence[TermSpec]) -> tuple[TermSpec, ...]:
