@@ -99,10 +99,9 @@ class CritiquePools(NamedTuple):
 def critique_pools(rewards: np.ndarray, acc_range) -> CritiquePools:
     """The authors' pools. Zero-pass and fully solved queries are pools of their own whatever `acc_range` says;
     the interval selects the mixed queries (0 < acc(x) < 1) whose samples may be critiqued."""
-    rewards = np.asarray(rewards, np.float32)
-    q, k = rewards.shape
-    correct = rewards > 0.5
-    acc = correct.mean(axis=1)
+    acc = query_accuracy(rewards)
+    q, k = np.shape(rewards)
+    correct = np.asarray(rewards, np.float32) > 0.5
     mixed_ok = in_range(acc, acc_range)
     pools: dict[str, list] = {f: [] for f in CritiquePools._fields}
     for qi in range(q):
