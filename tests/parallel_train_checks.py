@@ -176,7 +176,27 @@ def group_sampler(res, tokenizer):
                       "valid_spec": [str(a) for a in cache.valid.sharding.spec]}
 
 
-GROUPS = {"trainer": group_trainer, "train_script": group_train_script, "sampler": group_sampler}
+def group_verify_warmup(res, tokenizer):
+    """The verification warm-up's training loop (`train_verdicts`, with solve rows) without a mesh and on
+    (2, 2, 2): the same one set-up (`train.update.start_training`), so the same losses step by step."""
+    from jaxrl_reason.inference.verifier import verify_rows
+    from jaxrl_reason.train.verify_warmup import train_verdicts
+
+    examples = arithmetic_examples(16, seed=9, config=ARITH)
+    solutions = [e.solution if i % 2 else e.solution.replace("=", "= 1") for i, e in enumerate(examples)]
+    rows = verify_rows(tokenizer, [e.question for e in examples], solutions, [bool(i % 2) for i in range(16)])
+    out = {}
+    for name, mesh in (("ref", None), ("mesh", make_mesh((2, 2, 2)))):
+        model = tiny_model(tokenizer, seed=4)
+        hist = train_verdicts(model, tokenizer, rows, examples, steps=3, batch_size=8, solve_batch_size=4, lr=1e-3,
+                              warmup_steps=0, rng=np.random.default_rng(0), progress=False, mesh=mesh)
+        out[name] = [[m["verify_warmup/nll"], m["verify_warmup/solve_nll"]] for m in hist]
+        out[name + "_layout"] = layout(nnx.state(model))
+    res["verify_warmup"] = out
+
+
+GROUPS = {"trainer": group_trainer, "train_script": group_train_script, "sampler": group_sampler,
+          "verify_warmup": group_verify_warmup}
 
 if __name__ == "__main__":
     assert jax.device_count() == 8, f"needs 8 devices (XLA_FLAGS), got {jax.device_count()}"

@@ -101,17 +101,18 @@ def test_sampler_under_a_mesh_pads_rows_and_pins_the_kv_cache(eight):
     assert s["k_shape"] == [8, 2, 8, 16] and s["k_shard"] == [8 // 4, 2 // 2, 8, 16]
 
 
-def test_single_device_config_runs_unsharded():
-    """tiny_default's parallel section (all axes 1) keeps the plain one-device path."""
+def test_single_device_config_runs_on_the_one_device_mesh():
+    """tiny_default's parallel section (all axes 1) is the one-device mesh, the same sharded path as any other."""
     from jaxrl_reason.configs.tiny_default import get_config as tiny_default
     from jaxrl_reason.experiment.model import build_mesh
+    from jaxrl_reason.parallel.mesh import one_device_mesh
 
     cfg = tiny_default()
     mesh_of = lambda c: build_mesh(read_run_config(c).parallel)  # noqa: E731
     assert dict(cfg.parallel.mesh_shape) == {"data": 1, "fsdp": 1, "tp": 1}
-    assert mesh_of(cfg) is None
+    assert mesh_of(cfg) is one_device_mesh() and one_device_mesh().size == 1
     cfg.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # "all devices" on a one-device host
-    assert mesh_of(cfg) is None
+    assert mesh_of(cfg) is one_device_mesh()
     cfg.parallel.mesh_shape = {"data": 1, "fsdp": 4, "tp": 1}
     with pytest.raises(ValueError, match="covers 4 devices but 1 are available"):
         mesh_of(cfg)
@@ -203,3 +204,14 @@ def test_trainer_in_two_processes_matches_one_process(tmp_path):
     assert sorted(pm.files) == sorted(ps.files)
     for k in pm.files:
         np.testing.assert_allclose(pm[k], ps[k], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_verification_warmup_trains_on_a_mesh_as_on_one_device(eight):
+    v = eight["verify_warmup"]
+    assert len(v["ref"]) == len(v["mesh"]) == 3
+    for got, want in zip(v["mesh"], v["ref"]):
+        assert got == pytest.approx(want, rel=1e-5)
+    assert v["ref"][2][0] != v["ref"][0][0]  # not vacuous: the loss moved
+    assert v["mesh_layout"]["layers/mlp/up_proj/kernel"]["shard"] == SHARDS_222["layers/mlp/up_proj/kernel"]
+    assert v["ref_layout"]["layers/mlp/up_proj/kernel"]["mesh"] == {"data": 1, "fsdp": 1, "tp": 1}

@@ -9,14 +9,14 @@ from jaxrl_reason.experiment.config import ModelSection, ParallelSection, RunCon
 
 
 def build_mesh(parallel: ParallelSection):
-    """The device mesh of the `parallel` section (None: one device). First joins the other processes of a
+    """The device mesh of the `parallel` section (the one-device mesh without one). First joins the other processes of a
     multi-host run: those named by JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID, or, with
     `parallel.distributed`, the ones JAX detects itself (TPU pods, SLURM). So it must run before anything else
     touches JAX devices."""
-    from jaxrl_reason.parallel.mesh import initialize_distributed, optional_mesh
+    from jaxrl_reason.parallel.mesh import initialize_distributed, run_mesh
 
     initialize_distributed(auto=bool(parallel.distributed))
-    return optional_mesh({"mesh_shape": dict(parallel.mesh_shape)})
+    return run_mesh({"mesh_shape": dict(parallel.mesh_shape)})
 
 
 def build_tokenizer(rc: RunConfig, train, workdir: str, prompt_fn):
@@ -52,12 +52,11 @@ def with_runtime_flags(model, m: ModelSection):
 
 
 def load_hf(path: str, m: ModelSection, mesh=None):
-    """An HF checkpoint, each tensor placed straight into its shardings when there is a mesh."""
-    from jaxrl_reason.models.hf_port import load_pretrained
+    """An HF checkpoint, each tensor placed straight into its shardings on `mesh` (None: the one-device mesh)."""
+    from jaxrl_reason.parallel.mesh import resolve_mesh
     from jaxrl_reason.parallel.rules import load_pretrained_sharded
 
-    kw = dict(dtype=m.dtype, compute_dtype=m.compute_dtype or None)
-    model = load_pretrained(path, **kw) if mesh is None else load_pretrained_sharded(path, mesh, **kw)
+    model = load_pretrained_sharded(path, resolve_mesh(mesh), dtype=m.dtype, compute_dtype=m.compute_dtype or None)
     return with_runtime_flags(model, m)
 
 
@@ -89,21 +88,17 @@ def scratch_model_config(m: ModelSection, vocab_size: int):
 
 
 def build_model(rc: RunConfig, tokenizer, mesh=None):
-    """The policy before any training: the GGUF or HF checkpoint, else a from-scratch model seeded by `rc.seed`."""
-    m = rc.model
+    """The policy before any training, laid out on `mesh` (None: the one-device mesh): the GGUF or HF checkpoint,
+    else a from-scratch model seeded by `rc.seed`."""
+    from jaxrl_reason.parallel.mesh import resolve_mesh
+    from jaxrl_reason.parallel.rules import init_sharded, shard_model
+
+    m, mesh = rc.model, resolve_mesh(mesh)
     if m.gguf_path:
         from jaxrl_reason.models.gguf_port import load_gguf
-        from jaxrl_reason.parallel.rules import shard_model
 
         model = with_runtime_flags(load_gguf(m.gguf_path, dtype=m.dtype, compute_dtype=m.compute_dtype or None)[0], m)
-        return model if mesh is None else shard_model(model, mesh)
+        return shard_model(model, mesh)
     if m.hf_path:
         return load_hf(m.hf_path, m, mesh)
-    mc = scratch_model_config(m, tokenizer.vocab_size)
-    if mesh is not None:
-        from jaxrl_reason.parallel.rules import init_sharded
-
-        return init_sharded(mc, mesh, seed=rc.seed)
-    from jaxrl_reason.models.qwen2 import init_model
-
-    return init_model(mc, seed=rc.seed)
+    return init_sharded(scratch_model_config(m, tokenizer.vocab_size), mesh, seed=rc.seed)

@@ -41,8 +41,7 @@ def run(cfg) -> dict:
     os.makedirs(workdir, exist_ok=True)
     results_path = os.path.join(workdir, "results.json")
     results = json.load(open(results_path)) if os.path.exists(results_path) else {}
-    if mesh is not None:
-        results["mesh"] = dict(mesh.shape)
+    results["mesh"] = dict(mesh.shape)
 
     def dump_results():
         if is_main_process():

@@ -11,6 +11,7 @@ collectives. Across hosts the same code runs in every process after `initialize_
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import pickle
@@ -227,18 +228,36 @@ def to_host(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def optional_mesh(config) -> Optional[Mesh]:
-    """`mesh_from_config`, or None when there is no `mesh_shape` or it resolves to a single device: one device runs
-    the plain (unsharded) path, the same computation without the placement bookkeeping."""
+@functools.lru_cache(maxsize=None)
+def one_device_mesh() -> Mesh:
+    """The mesh of a run on one device: every axis of size 1 over this process's first device. One device is not
+    a special case anywhere (trainer, warm-ups, sampler, evaluation): it is this mesh."""
+    return make_mesh({"data": 1, "fsdp": 1, "tp": 1}, devices=jax.local_devices()[:1])
+
+
+def resolve_mesh(mesh: Optional[Mesh], like=None) -> Mesh:
+    """`mesh`; when a caller gives none, the mesh the arrays of `like` (e.g. params) are laid out on, else the
+    one-device mesh."""
+    if mesh is not None:
+        return mesh
+    for leaf in jax.tree.leaves(like):
+        if isinstance(leaf, jax.Array):
+            return leaf.sharding.mesh if isinstance(leaf.sharding, NamedSharding) else one_device_mesh()
+    return one_device_mesh()
+
+
+def run_mesh(config) -> Mesh:
+    """`mesh_from_config`, except that no `mesh_shape`, or one that resolves to a single device, is the one-device
+    mesh (a run config without a `parallel` section trains on one device, not on all of them)."""
     shape = None
     if config is not None:
         shape = config.get("mesh_shape", None) if hasattr(config, "get") else getattr(config, "mesh_shape", None)
     if shape is None:
-        return None
+        return one_device_mesh()
     if hasattr(shape, "to_dict"):
         shape = shape.to_dict()
     if math.prod(resolve_mesh_shape(shape, jax.device_count()) if _has_free_axis(shape) else _fixed(shape)) == 1:
-        return None
+        return one_device_mesh()
     return make_mesh(shape)
 
 

@@ -281,15 +281,17 @@ def _shared_prefix_hidden(model, batch: SharedPrefixBatch):
     return jnp.concatenate([h_prefix[batch.prefix_index, last][:, None], h_suffix], axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size", "scored", "temperature"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size", "scored", "temperature", "row_groups"))
 def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, chunk_size: Optional[int] = None,
-                       scored: Optional[int] = None, temperature: float | tuple[float, ...] = 1.0):
+                       scored: Optional[int] = None, temperature: float | tuple[float, ...] = 1.0,
+                       row_groups: int = 1):
     """log-probs of the batch's tokens under frozen `params` (TokenBatch layout; `batch.rows`' for a
     SharedPrefixBatch), for the KL term or a recomputed pi_old. scored: as in `make_update` -- the LM head only at
     trained positions (0 elsewhere); an undersized `scored` gives NaN everywhere, which the update then refuses as
-    a non-finite KL. temperature: as in `model_logprobs` (the update's `scoring_temperatures` for the KL)."""
+    a non-finite KL. temperature, row_groups: as in `model_logprobs` (the update's `scoring_temperatures` for the
+    KL; the mesh's batch shards)."""
     lp, _, fits = model_logprobs(graphdef, params, batch, chunk_size=chunk_size, scored=scored,
-                                 temperature=temperature)
+                                 row_groups=row_groups, temperature=temperature)
     return jnp.where(fits, lp, jnp.nan)
 
 

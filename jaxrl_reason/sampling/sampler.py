@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.buckets import power_of_two, sampler_rows
 from jaxrl_reason.models.qwen2 import KVCache, Qwen2, decode_layers, decode_step, positions_from_mask
-from jaxrl_reason.parallel.mesh import batch_shards, to_host
+from jaxrl_reason.parallel.mesh import batch_shards, resolve_mesh, to_host
 from jaxrl_reason.parallel.rules import BATCH, as_sharded, kv_cache_shardings
 from jaxrl_reason.sampling.logits import sample_with_uniform
 
@@ -186,10 +186,8 @@ def _pin_cache(cache: KVCache, mesh) -> KVCache:
 
 
 def _on_mesh(x, mesh, *, rows: bool = True):
-    """A device array; with a `mesh`, split by rows over data x fsdp (or replicated), each process placing its
+    """A device array split by rows over the mesh's data x fsdp (or replicated), each process placing its
     devices' slices from its own identical copy."""
-    if mesh is None:
-        return jnp.asarray(x)
     return as_sharded(x, NamedSharding(mesh, P(BATCH) if rows and np.ndim(x) else P()))
 
 
@@ -225,9 +223,9 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     token whose text completes a stop string; tokens, log-probs and length are cut with it. Decoding runs in
     chunks of `chunk_steps` so rows that hit a stop string stop early.
     state: optional params (nnx.State) to use instead of the model's own (e.g. the trainer's latest).
-    mesh: a `parallel.make_mesh` mesh that `state` is sharded on: rows (prompts, samples, KV cache) are split
-    over data x fsdp and kv heads over tp; every process of a multi-host run makes the same call and gets the
-    whole output.
+    mesh: the `parallel.make_mesh` mesh that `state` is sharded on (None: the mesh of `state`'s shardings, or the
+    one-device mesh): rows (prompts, samples, KV cache) are split over data x fsdp and kv heads over tp; every
+    process of a multi-host run makes the same call and gets the whole output.
     """
     if max_new_tokens <= 0:
         raise ValueError(f"sample(): max_new_tokens must be positive, got {max_new_tokens}")
@@ -247,9 +245,9 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     cfg = model.config
     graphdef, own_state = nnx.split(model)
     state = own_state if state is None else state
+    mesh = resolve_mesh(mesh, like=state)
     tokens, lengths, n_prompts = _as_prompt_batch(prompts, pad_id, cfg.max_position_embeddings, max_new_tokens)
-    if mesh is not None:
-        tokens, lengths = _pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
+    tokens, lengths = _pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
     cache, last = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh),
                           num_samples=num_samples, max_new_tokens=max_new_tokens, mesh=mesh)
     n = tokens.shape[0] * num_samples
@@ -261,12 +259,10 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
                    jnp.asarray(done), jnp.full((n,), FINISH_LENGTH, jnp.int32), jnp.zeros((n,), jnp.int32),
                    jnp.asarray(start_pos, jnp.int32), jnp.zeros((), jnp.int32),
                    jnp.array(key, copy=True))  # the carry is donated; never donate the caller's key
-    if mesh is not None:
-        carry = _carry_on_mesh(carry, mesh)
+    carry = _carry_on_mesh(carry, mesh)
     stop_arr = jnp.asarray(stop_token_ids + [-1] * (_MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
     sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
-    if mesh is not None:
-        sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
+    sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
     stop_cut = np.full((n,), -1, np.int64)
     step = 0
     chunk = max_new_tokens if not stop_strings and progress is None else max(1, chunk_steps)

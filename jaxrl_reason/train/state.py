@@ -5,7 +5,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+
+from jaxrl_reason.parallel.mesh import replicated
+from jaxrl_reason.parallel.rules import put
 
 
 class TrainState(NamedTuple):
@@ -59,5 +63,13 @@ def make_optimizer(lr: float, *, total_steps: int, warmup_steps: int = 0, schedu
     return optax.chain(*parts)
 
 
-def init_state(params, optimizer: optax.GradientTransformation, seed: int) -> TrainState:
-    return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), jax.random.PRNGKey(seed))
+def replicated_value(x, mesh) -> jax.Array:
+    """A small host-side value (step, PRNG key) as one identical copy on every device of `mesh`, so that Orbax
+    saves it once and every process reads the same value."""
+    return put(np.asarray(jax.device_get(x)), replicated(mesh))
+
+
+def init_state(params, opt_state, seed: int, mesh) -> TrainState:
+    """Step 0 with the PRNG key of `seed`; params and opt_state as placed by `train.update.start_training`."""
+    return TrainState(replicated_value(jnp.zeros((), jnp.int32), mesh), params, opt_state,
+                      replicated_value(jax.random.PRNGKey(seed), mesh))

@@ -12,7 +12,6 @@ the same data order, scores only its share of the completions, and only process 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import os
 import time
@@ -38,9 +37,9 @@ from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
 from jaxrl_reason.progress import progress_bar
 from jaxrl_reason.train.metrics import MetricsWriter
-from jaxrl_reason.train.state import TrainState, init_state, make_optimizer
+from jaxrl_reason.train.state import TrainState, init_state, make_optimizer, replicated_value
 from jaxrl_reason.rl.scoring import reference_logprobs
-from jaxrl_reason.train.update import make_sharded_update, make_update
+from jaxrl_reason.train.update import start_training
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -71,7 +70,7 @@ class TrainerConfig:
     dynamic_sampling_max_rounds: int = 4  # extra sampling rounds per step before training on what there is
     logprob_chunk: Optional[int] = None  # time chunk for log-probs from hidden states (memory for big vocabs)
     head_at_trained_only: bool = True  # update: LM head only at trained positions (same loss, less compute)
-    share_prompts: bool = True  # update: a prompt shared by a group's rows goes through the model once (one device)
+    share_prompts: bool = True  # update: a prompt shared by a group's rows goes through the model once (rows not split over devices)
     update_matmuls: str = "auto"  # XLA:CPU matmul kernels of the one-device update: auto | eigen | ynn (see update.py)
     seed: int = 0  # data order, sampling and every host-side choice
     log_every: int = 1  # write metrics every this many steps
@@ -123,7 +122,7 @@ def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_
                       key=None, temperature: float = 0.0, progress: bool = False,
                       prompt_fn: Callable[[str], str] = solve_prompt, mesh=None) -> dict:
     """Greedy (default) held-out accuracy: one completion per question, scored by `reward_fn`.
-    mesh: the mesh `params` are sharded on (None: one device)."""
+    mesh: the mesh `params` are sharded on (None: the one-device mesh)."""
     key = jax.random.PRNGKey(0) if key is None else key
     correct, lengths, finished = [], [], []
     bar = progress_bar(len(examples), "eval", disable=not progress or not pmesh.is_main_process())
@@ -151,13 +150,13 @@ class Trainer:
                  rules: prules.Rules = prules.DEFAULT_RULES):
         """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy.
         prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code).
-        mesh: a `parallel.make_mesh` mesh to train on (None: one device, unsharded); `rules` lay out the params
+        mesh: a `parallel.make_mesh` mesh to train on (None: the one-device mesh); `rules` lay out the params
         and optimizer state on it. A model already loaded into those shardings is used without a copy."""
         self.prompt_fn = prompt_fn
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
-        self.cfg, self.workdir, self.mesh = config, workdir, mesh
+        self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
-        self.graphdef, params = nnx.split(model)
+        self.graphdef = nnx.graphdef(model)
         self.terms = method.terms()
         if config.dynamic_sampling and method.uses_zero_signal_groups:
             raise ValueError(f"TrainerConfig.dynamic_sampling drops groups whose rewards are all equal, and method "
@@ -167,33 +166,23 @@ class Trainer:
                                         warmup_steps=config.warmup_steps,
                                         schedule=config.schedule, weight_decay=config.weight_decay,
                                         clip_norm=config.clip_norm)
-        update_kw = dict(micro_batches=config.micro_batches, logprob_chunk=config.logprob_chunk,
-                         temperature=self._scoring_temperature())
         ref_temps = scoring_temperatures(self.terms, self._scoring_temperature())
-        if mesh is None:
-            self.update = make_update(self.graphdef, self.optimizer, self.terms, matmuls=config.update_matmuls,
-                                      **update_kw)
-            self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
-            self.state = init_state(params, self.optimizer, config.seed)
-            self._ref_logprobs = functools.partial(reference_logprobs, self.graphdef, chunk_size=config.logprob_chunk,
-                                                   temperature=ref_temps)
-        else:
-            params = prules.as_sharded(params, prules.param_shardings(model, mesh, rules))
-            opt_state = prules.init_opt_state(self.optimizer, params, mesh, rules)
-            self.update, *_ = make_sharded_update(self.graphdef, self.optimizer, self.terms, mesh, params,
-                                                         opt_state, rules=rules, **update_kw)
-            self.ref_params = jax.tree.map(jnp.copy, params) if needs_reference(self.terms) else None
-            self.state = TrainState(self._replicated(jnp.zeros((), jnp.int32)), params, opt_state,
-                                    self._replicated(jax.random.PRNGKey(config.seed)))
-            # Pinned to the batch layout so the update's row-split input sharding matches without a reshard.
-            rows = NamedSharding(mesh, P(prules.BATCH))
-            self._ref_logprobs = jax.jit(
-                lambda p, b: reference_logprobs(self.graphdef, p, b, chunk_size=config.logprob_chunk,
-                                                temperature=ref_temps),
-                out_shardings=rows)
+        tr = start_training(model, self.optimizer, self.terms, mesh, rules=rules, micro_batches=config.micro_batches,
+                            logprob_chunk=config.logprob_chunk, temperature=self._scoring_temperature(),
+                            matmuls=config.update_matmuls)
+        self.mesh, self.update = tr.mesh, tr.update
+        self.ref_params = jax.tree.map(jnp.copy, tr.params) if needs_reference(self.terms) else None
+        self.state = init_state(tr.params, tr.opt_state, config.seed, self.mesh)
         # Rows per update: whole micro-batches, each split evenly over the mesh's batch shards.
-        self._row_groups = 1 if mesh is None else pmesh.batch_shards(mesh)
+        self._row_groups = pmesh.batch_shards(self.mesh)
         self._row_multiple = config.micro_batches * self._row_groups
+        # Pinned to the batch layout so the update's row-split input sharding matches without a reshard; the LM
+        # head runs where the KL term reads it, each row group gathering its own positions as the update does.
+        self._ref_logprobs = jax.jit(
+            lambda p, b, scored: reference_logprobs(self.graphdef, p, b, chunk_size=config.logprob_chunk,
+                                                    scored=scored, row_groups=self._row_groups,
+                                                    temperature=ref_temps),
+            out_shardings=NamedSharding(self.mesh, P(prules.BATCH)), static_argnums=(2,))
         self.data = DataIterator(list(train_examples), config.prompts_per_step, seed=config.seed)
         self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
         self.writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=pmesh.is_main_process())
@@ -208,11 +197,6 @@ class Trainer:
     def _scoring_temperature(self) -> float:
         """The temperature pi_old and pi_theta are scored at: the rollouts' (METHODS.md §1)."""
         return float(self.cfg.temperature)
-
-    def _replicated(self, x):
-        """A small host-side value (step, PRNG key) as one identical copy on every device of the mesh, so that
-        Orbax saves it once and every process reads the same value."""
-        return prules.put(np.asarray(jax.device_get(x)), pmesh.replicated(self.mesh))
 
     # ------------------------------------------------------------------------------------------ rollouts
 
@@ -311,7 +295,7 @@ class Trainer:
                             for b, _ in prepared)
         t_update = time.perf_counter()
         step_arr = jnp.asarray(step, jnp.int32)
-        self.state = TrainState(step_arr if self.mesh is None else self._replicated(step_arr), params, opt_state, key)
+        self.state = TrainState(replicated_value(step_arr, self.mesh), params, opt_state, key)
         lengths = np.array([len(x) for x in ro.completions])
         metrics = {**update_metrics, **method_metrics, **extra_metrics,
                    "reward/mean": float(ro.rewards.mean()), "reward/accuracy": float((ro.rewards > 0.5).mean()),
@@ -324,24 +308,18 @@ class Trainer:
         return metrics
 
     def _prepare(self, batch):
-        """A host TokenBatch -> (what the update takes, its static `scored`): on a mesh sharded by rows; on one
-        device each group's shared prompt once; the reference log-probs attached when a KL term reads them."""
+        """A host TokenBatch -> (what the update takes, its static `scored`): split by rows over the mesh's batch
+        shards, each group's shared prompt stored once when the rows are not split (a shared prompt would cross
+        shards), and the reference log-probs attached when a KL term reads them."""
         c = self.cfg
         batch = pad_rows_to(batch, self._row_multiple, bucket=True)
-        if self.mesh is not None:
-            # Rows split over batch shards there, and a shared prompt would cross them: the plain layout.
-            scored = scored_size(batch, c.micro_batches, self._row_groups) if c.head_at_trained_only else None
-            batch = prules.shard_batch(batch, self.mesh)
-        else:
-            if c.share_prompts:
-                batch = share_prefixes(batch, c.micro_batches) or batch
-            rows = batch.rows if isinstance(batch, SharedPrefixBatch) else batch
-            scored = scored_size(rows, c.micro_batches) if c.head_at_trained_only else None
+        if c.share_prompts and self._row_groups == 1:
+            batch = share_prefixes(batch, c.micro_batches) or batch
+        rows = batch.rows if isinstance(batch, SharedPrefixBatch) else batch
+        scored = scored_size(rows, c.micro_batches, self._row_groups) if c.head_at_trained_only else None
+        batch = prules.shard_batch(batch, self.mesh)
         if self.ref_params is not None:  # the reference forward shares the prompts too
-            if self.mesh is None:  # and runs its LM head where the KL term reads it
-                ref = self._ref_logprobs(self.ref_params, batch, scored=scored)
-            else:
-                ref = self._ref_logprobs(self.ref_params, batch)
+            ref = self._ref_logprobs(self.ref_params, batch, scored)
             batch = (batch._replace(rows=batch.rows._replace(ref_logprobs=ref))
                      if isinstance(batch, SharedPrefixBatch) else batch._replace(ref_logprobs=ref))
         return batch, scored
@@ -474,27 +452,20 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
               writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
               rules: prules.Rules = prules.DEFAULT_RULES) -> list[dict]:
     """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics.
-    mesh: train sharded on it (params and optimizer state by `rules`, rows over data x fsdp)."""
-    graphdef, params = nnx.split(model)
+    mesh: the mesh to train on (None: the one-device mesh): params and optimizer state laid out by `rules`, rows
+    over data x fsdp."""
     terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
     opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule=schedule)
-    if mesh is None:
-        update = make_update(graphdef, opt, terms, micro_batches=micro_batches)
-        opt_state = opt.init(params)
-    else:
-        params = prules.as_sharded(params, prules.param_shardings(model, mesh, rules))
-        opt_state = prules.init_opt_state(opt, params, mesh, rules)
-        update, *_ = make_sharded_update(graphdef, opt, terms, mesh, params, opt_state, rules=rules,
-                                                micro_batches=micro_batches)
-    row_multiple = micro_batches * (1 if mesh is None else pmesh.batch_shards(mesh))
+    tr = start_training(model, opt, terms, mesh, rules=rules, micro_batches=micro_batches)
+    update, params, opt_state = tr.update, tr.params, tr.opt_state
+    row_multiple = micro_batches * pmesh.batch_shards(tr.mesh)
     data = DataIterator(list(examples), batch_size, seed=seed)
     history = []
     bar = progress_bar(steps, "sft", disable=not progress or not pmesh.is_main_process())
     for step in range(1, steps + 1):
         batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn), row_multiple)
         scored = scored_size(batch, micro_batches, row_multiple // micro_batches)
-        if mesh is not None:
-            batch = prules.shard_batch(batch, mesh)
+        batch = prules.shard_batch(batch, tr.mesh)
         out = checked_update(update, params, opt_state, batch, where=f"SFT step {step}", scored=scored)
         params, opt_state = out.params, out.opt_state
         m = {"sft/nll": float(out.metrics["solve/nll"]), "sft/grad_norm": float(out.metrics["grad_norm"])}

@@ -8,11 +8,12 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import optax
-
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxrl_reason.parallel.mesh import batch_shards
-from jaxrl_reason.parallel.rules import BATCH, DEFAULT_RULES, Rules, batch_sharding, tree_shardings
+from jaxrl_reason.parallel.mesh import batch_shards, resolve_mesh
+from jaxrl_reason.parallel.rules import (BATCH, DEFAULT_RULES, Rules, as_sharded, batch_sharding, init_opt_state,
+                                         param_shardings, tree_shardings)
 from jaxrl_reason.rl.batch import TokenBatch, assert_token_batch_shapes, stack_micro_batches
 from jaxrl_reason.rl.losses import (TermSpec, batch_counts, counts_metrics, finite_flags, objective, safe_divide,
                                     scoring_temperatures, tree_is_finite)
@@ -43,17 +44,18 @@ def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups
     return loss, metrics
 
 
-def training_compiler_options(matmuls: str = "auto") -> dict:
-    """XLA compile options for a training forward/backward.
+def training_compiler_options(matmuls: str = "auto", devices: int = 1) -> dict:
+    """XLA compile options for a training forward/backward over `devices` devices.
 
     matmuls: "eigen" compiles XLA:CPU's matmuls to its own dot kernels instead of YNNPACK fusions, "ynn" keeps
-    XLA's default, "auto" is "eigen" on CPU and nothing elsewhere. On the 2-core benchmark machine the update of
-    `experiments/bench/train_step.py` ran ~15% faster with "eigen" (`python experiments/bench/profile_update.py
-    --matmuls eigen|ynn`), while the sampler's decode-sized matmuls are faster with YNNPACK: so the option is per
-    jitted function, not a process-wide XLA_FLAGS. `make_sharded_update` defaults to "ynn"."""
+    XLA's default, "auto" is "eigen" on one CPU device and XLA's default elsewhere (the "eigen" choice was measured
+    on one device only). On the 2-core benchmark machine the update of `experiments/bench/train_step.py` ran ~15%
+    faster with "eigen" (`python experiments/bench/profile_update.py --matmuls eigen|ynn`), while the sampler's
+    decode-sized matmuls are faster with YNNPACK: so the option is per jitted function, not a process-wide
+    XLA_FLAGS."""
     if matmuls not in ("auto", "eigen", "ynn"):
         raise ValueError(f"matmuls must be 'auto', 'eigen' or 'ynn', got {matmuls!r}")
-    if matmuls == "ynn" or (matmuls == "auto" and jax.default_backend() != "cpu"):
+    if matmuls == "ynn" or (matmuls == "auto" and (jax.default_backend() != "cpu" or devices > 1)):
         return {}
     return {"xla_cpu_experimental_ynn_fusion_type": ""}
 
@@ -132,16 +134,18 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
                         rules: Rules = DEFAULT_RULES, **update_kw):
     """`train.update.make_update` compiled for the mesh: params and optimizer state stay in their rule
     shardings across steps (inputs and outputs pinned, both donated), the batch is split by rows, and the
-    metrics come back replicated. XLA's SPMD partitioner inserts the gathers and reduce-scatters.
+    metrics come back replicated. XLA's SPMD partitioner inserts the gathers and reduce-scatters. One device is
+    the one-device mesh (`parallel.mesh.one_device_mesh`), not a separate path.
 
     batch_example: a batch (or ShapeDtypeStructs) to check row divisibility up front; None accepts any row
     count that divides data x fsdp (bucketed batches change shape between steps), checked by jit at call time.
+    A SharedPrefixBatch is accepted when the rows are not split (data x fsdp = 1): its prefixes and rows have
+    different row counts, and a prefix must sit on the device of the rows that read it.
     Returns `(update, param_shardings, opt_shardings, batch_shardings)`.
     """
     update_kw.setdefault("row_groups", batch_shards(mesh))
-    # Compile options belong to the outermost jit (JAX refuses them on a nested one). XLA's default matmul
-    # kernels unless asked: the "eigen" choice was measured on one device only.
-    matmuls = update_kw.pop("matmuls", "ynn")
+    # Compile options belong to the outermost jit (JAX refuses them on a nested one).
+    matmuls = update_kw.pop("matmuls", "auto")
     inner = make_update(graphdef, optimizer, terms, matmuls="ynn", **update_kw)
     ps = tree_shardings(params, mesh, rules)
     os_ = tree_shardings(opt_state, mesh, rules)
@@ -151,10 +155,38 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
     # `scored` is static and positional: jit takes no keyword arguments once in_shardings is given.
     jitted = jax.jit(lambda p, o, b, scored: inner(p, o, b, scored=scored), in_shardings=(ps, os_, bs),
                      out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1), static_argnums=(3,),
-                     compiler_options=training_compiler_options(matmuls))
+                     compiler_options=training_compiler_options(matmuls, mesh.size))
 
     def update(params, opt_state, batch, scored=None):
+        if isinstance(batch, SharedPrefixBatch) and batch_shards(mesh) > 1:
+            raise ValueError(f"a SharedPrefixBatch cannot be split over {batch_shards(mesh)} batch shards; pass the "
+                             "plain TokenBatch (the trainer's share_prompts applies on unsplit rows only)")
         return jitted(params, opt_state, batch, scored)
 
     update.lower = lambda params, opt_state, batch, scored=None: jitted.lower(params, opt_state, batch, scored)
     return update, ps, os_, bs
+
+
+class Training(NamedTuple):
+    """What a training loop starts from on its mesh: the update and the params / optimizer state placed for it."""
+
+    update: Callable  # update(params, opt_state, batch, scored=None) -> UpdateOutput (params, opt_state donated)
+    graphdef: object
+    params: object
+    opt_state: object
+    mesh: Mesh
+
+
+def start_training(model, optimizer, terms, mesh: Optional[Mesh] = None, *, params=None,
+                   rules: Rules = DEFAULT_RULES, **update_kw) -> Training:
+    """The one set-up of every training loop (RL trainer, SFT, verification warm-up): the model's params (or
+    `params`, an nnx.State of its structure) laid out by `rules` on `mesh` (None: the one-device mesh; a leaf
+    already in place is not copied), the optimizer state initialised in its shardings, and the update compiled for
+    that mesh. update_kw: `make_update`'s."""
+    mesh = resolve_mesh(mesh)
+    graphdef, own = nnx.split(model)
+    params = own if params is None else params
+    params = as_sharded(params, param_shardings(model, mesh, rules))
+    opt_state = init_opt_state(optimizer, params, mesh, rules)
+    update, *_ = make_sharded_update(graphdef, optimizer, terms, mesh, params, opt_state, rules=rules, **update_kw)
+    return Training(update, graphdef, params, opt_state, mesh)

@@ -30,6 +30,8 @@ from jaxrl_reason.data.datasets import DataIterator, Example
 from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.inference.verifier import verifier_accuracy, verify_rows
 from jaxrl_reason.methods.rlv import balanced_indices
+from jaxrl_reason.parallel import mesh as pmesh
+from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl.batch import build_token_batch, concat_batches, pad_rows_to, scored_size
 from jaxrl_reason.rl.losses import sft_spec
 from jaxrl_reason.sampling.sampler import sample
@@ -37,13 +39,14 @@ from jaxrl_reason.progress import progress_bar
 from jaxrl_reason.train.metrics import MetricsWriter
 from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import checked_update, render_solve_prompts, score_rows, sft_rows
-from jaxrl_reason.train.update import make_update
+from jaxrl_reason.train.update import start_training
 
 
 def sample_labelled_solutions(model, tokenizer, examples: Sequence, reward_fn: Callable, *, samples_per_question: int,
                               max_new_tokens: int, temperature: float, key, batch_size: int = 64,
-                              prompt_fn: Callable[[str], str] = solve_prompt, params=None):
-    """`samples_per_question` completions per example from the policy, graded by `reward_fn`.
+                              prompt_fn: Callable[[str], str] = solve_prompt, params=None, mesh=None):
+    """`samples_per_question` completions per example from the policy (its `params` on `mesh`), graded by
+    `reward_fn`.
 
     Returns (questions [N], solutions [N], labels bool [N]) with N = len(examples) * samples_per_question; a
     question's samples are adjacent."""
@@ -56,7 +59,7 @@ def sample_labelled_solutions(model, tokenizer, examples: Sequence, reward_fn: C
         prompts = render_solve_prompts(tokenizer, [e.question for e in chunk], prompt_fn)
         out = sample(model, prompts, jax.random.fold_in(key, start), max_new_tokens=max_new_tokens,
                      temperature=temperature, num_samples=samples_per_question, stop_token_ids=tokenizer.stop_ids,
-                     pad_id=tokenizer.pad_id, state=params)
+                     pad_id=tokenizer.pad_id, state=params, mesh=mesh)
         texts = tokenizer.batch_decode(out.tokens, lengths=out.lengths, skip_special_tokens=True)
         rows = [e for e in chunk for _ in range(samples_per_question)]
         scores, _ = score_rows(reward_fn, texts, rows)
@@ -84,8 +87,9 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
                   max_new_tokens: int = 64, temperature: float = 0.7, holdout_frac: float = 0.1, seed: int = 0,
                   progress: bool = True, writer: Optional[MetricsWriter] = None,
                   prompt_fn: Callable[[str], str] = solve_prompt, balance: str = "subsample",
-                  contrast_fn: Optional[Callable[[Example, np.random.Generator], str]] = None) -> dict:
-    """Self-labelled verification warm-up (module docstring); updates `model` in place.
+                  contrast_fn: Optional[Callable[[Example, np.random.Generator], str]] = None, mesh=None) -> dict:
+    """Self-labelled verification warm-up (module docstring); updates `model` in place. mesh: the mesh to sample
+    and train on (None: the one-device mesh).
 
     balance: "subsample" (class balance over all rows) | "per_question" (within each question; see
     `methods.rlv.balanced_indices`).
@@ -122,7 +126,8 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
     else:
         questions, solutions, labels = sample_labelled_solutions(
             model, tokenizer, examples, reward_fn, samples_per_question=samples_per_question,
-            max_new_tokens=max_new_tokens, temperature=temperature, key=key, prompt_fn=prompt_fn, params=params)
+            max_new_tokens=max_new_tokens, temperature=temperature, key=key, prompt_fn=prompt_fn, params=params,
+            mesh=mesh)
         sampled = labels
         idx = balanced_indices(labels, rng, balance=balance, groups=np.arange(len(labels)) // samples_per_question)
         if len(idx) < 4:
@@ -148,7 +153,7 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
     history = train_verdicts(model, tokenizer, rows, examples if solve_batch_size > 0 else (), steps=steps,
                              batch_size=batch_size, solve_batch_size=solve_batch_size, lr=lr,
                              warmup_steps=warmup_steps, rng=rng, seed=seed, progress=progress, writer=writer,
-                             prompt_fn=prompt_fn, params=params)
+                             prompt_fn=prompt_fn, params=params, mesh=mesh)
     after = verifier_accuracy(model, tokenizer, hq, hs, hl)
     return {"rows": len(tl) - contrast_rows, "contrast_rows": contrast_rows, "heldout_rows": len(hl),
             "sampled": int(len(sampled)), "positive_frac_sampled": float(np.mean(sampled)) if len(sampled) else 0.0,
@@ -170,25 +175,24 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
                    solve_batch_size: int = 8, lr: float = 1e-3, warmup_steps: int = 10,
                    rng: Optional[np.random.Generator] = None, seed: int = 0, progress: bool = True,
                    writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt,
-                   params=None) -> list:
+                   params=None, mesh=None) -> list:
     """`steps` updates of NLL(verdict | verify prompt) on `batch_size` rows drawn from `rows` (`verify_rows`),
     plus NLL(worked solution | solve prompt) on `solve_batch_size` of `solve_examples` per step when given (they
-    keep the solving skill); AdamW, cosine schedule. Updates `model` in place; returns the per-step metrics."""
+    keep the solving skill); AdamW, cosine schedule. mesh: the mesh to train on (None: the one-device mesh).
+    Updates `model` in place; returns the per-step metrics."""
     if steps < 1:
         raise ValueError(f"train_verdicts steps must be >= 1, got {steps}")
     if len(rows.prompts) == 0:
         raise ValueError("train_verdicts got no verification rows")
     rng = rng if rng is not None else np.random.default_rng([seed, 0x5EF1])
-    graphdef, state = nnx.split(model)
-    params = state if params is None else params
     solve = solve_batch_size > 0 and len(solve_examples) > 0
     terms = (sft_spec(("verify",), name="verify", aggregation="token_mean"),)
     if solve:
         terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),) + terms
         solve_data = DataIterator(list(solve_examples), solve_batch_size, seed=seed)
     opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule="cosine")
-    update = make_update(graphdef, opt, terms)
-    opt_state = opt.init(params)
+    tr = start_training(model, opt, terms, mesh, params=params)
+    update, params, opt_state = tr.update, tr.params, tr.opt_state
     history = []
     bar = progress_bar(steps, "verify warm-up", disable=not progress)
     for step in range(1, steps + 1):
@@ -197,9 +201,10 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
                                   [0.0] * len(pick_rows), None, "verify", pad_id=tokenizer.pad_id)
         if solve:
             batch = concat_batches([sft_rows(tokenizer, next(solve_data), prompt_fn=prompt_fn), batch])
-        batch = pad_rows_to(batch, 1, bucket=True)
-        out = checked_update(update, params, opt_state, batch, where=f"verify warm-up step {step}",
-                             scored=scored_size(batch))
+        batch = pad_rows_to(batch, pmesh.batch_shards(tr.mesh), bucket=True)
+        scored = scored_size(batch, 1, pmesh.batch_shards(tr.mesh))
+        out = checked_update(update, params, opt_state, prules.shard_batch(batch, tr.mesh),
+                             where=f"verify warm-up step {step}", scored=scored)
         params, opt_state = out.params, out.opt_state
         m = {"verify_warmup/nll": float(out.metrics["verify/nll"])}
         if solve:
