@@ -12,6 +12,7 @@ from jaxrl_reason.experiment.config import read_run_config
 from jaxrl_reason.experiment.data import build_data
 from jaxrl_reason.experiment.pipeline import run, start
 from jaxrl_reason.experiment.warmup import verify_contrast_fn
+from jaxrl_reason.methods import METHODS
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "experiments", "configs")
 
@@ -89,7 +90,7 @@ def test_every_shipped_config_passes_the_checks_run_does_before_training(name):
     no section knows."""
     cfg = load_config_file(os.path.join(CONFIG_DIR, name))
     rc, method = start(cfg)
-    assert rc.workdir and rc.method.name in ("grpo", "rlv", "cure") and method.name == rc.method.name
+    assert rc.workdir and rc.method.name in METHODS and method.name == rc.method.name
 
 
 def test_config_files_need_no_sys_path_edits():

@@ -217,6 +217,21 @@ def correction_prompt(question: str, attempt: str) -> str:
     )
 
 
+def replay_correction_prompt(question: str, attempt: str, answer_instruction: str = SOLVE_INSTRUCTION) -> str:
+    """CIPO's replay prompt for any task: the query, the policy's earlier attempt verbatim (surrounding whitespace
+    stripped), the review-and-correct instruction, then `answer_instruction`, the task's own answer format
+    (math: SOLVE_INSTRUCTION, the default, which makes this exactly `correction_prompt`; code: CODE_INSTRUCTION)."""
+    q = _text(question, "question", "replay_correction_prompt")
+    a = _text(attempt, "attempt", "replay_correction_prompt", model_output=True)
+    fmt = _text(answer_instruction, "answer_instruction", "replay_correction_prompt")
+    return (
+        f"{q}\n\n"
+        f"Here is an earlier attempt at this problem:\n{a}\n\n"
+        "Review the attempt carefully; it may be correct or it may contain errors. Then write a corrected, "
+        f"complete solution. {fmt}"
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Code
 # ----------------------------------------------------------------------------------------------------------------

@@ -10,19 +10,20 @@ import dataclasses
 from typing import Mapping
 
 from jaxrl_reason.knobs import check_known, keyword_knobs, plain, read_section, section_dict
+from jaxrl_reason.methods.cipo import CIPO, CIPOV
 from jaxrl_reason.methods.cure import CURE
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.rl.advantages import ESTIMATORS
 
-METHODS = {"grpo": GRPO, "rlv": RLV, "cure": CURE}
+METHODS = {"grpo": GRPO, "rlv": RLV, "cure": CURE, "cipo": CIPO, "cipo_v": CIPOV}
 
 
 @dataclasses.dataclass(frozen=True)
 class MethodConfig:
     """The `method` section of a run config."""
 
-    name: str = "grpo"  # grpo | rlv | cure (METHODS)
+    name: str = "grpo"  # grpo | rlv | cure | cipo | cipo_v (METHODS)
     estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | grpo_batch_std (rl.advantages.ESTIMATORS)
     estimator_kwargs: Mapping = dataclasses.field(default_factory=dict)  # the estimator's keywords, e.g. {"ddof": 0}
     extra: Mapping = dataclasses.field(default_factory=dict)  # the method's own knobs (method_knobs(name))

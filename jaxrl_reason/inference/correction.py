@@ -1,0 +1,123 @@
+"""Test-time correction (METHODS.md §4, last line), what a CIPO policy is trained for: give the model an attempt --
+its own, or a buggy program (DebugBench style, `data.code_datasets.make_correction_problems`) -- and ask for a
+corrected complete solution with the training template, `replay_correction_prompt`; R rounds, each correcting the
+previous round's output:
+
+    round 0:  the given attempts y_0 (their correctness from the same verifier)
+    round t:  y_t = generate(replay_correction_prompt(x, y_{t-1}, answer_instruction))
+
+Reported per round: accuracy, the share of wrong attempts fixed and of right attempts broken (relative to the
+previous round and to round 0), and the tokens spent. [choice] Every example is corrected in every round, right or
+not: the model is not told which attempts are right, as in training, so the break rate measures what it costs.
+
+Any generator works: `generate(prompt_token_lists, *, max_new_tokens) -> completion token lists`
+(`inference.refine.make_generate(model, tokenizer, ...)` for a model).
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from jaxrl_reason.data.code_datasets import CorrectionProblem, as_examples
+from jaxrl_reason.data.prompts import CODE_INSTRUCTION, SOLVE_INSTRUCTION, replay_correction_prompt, solve_prompt
+from jaxrl_reason.inference.refine import make_generate
+from jaxrl_reason.rewards.math import math_reward
+
+Generate = Callable[..., list]  # (prompts: list[list[int]], *, max_new_tokens: int) -> list[list[int]]
+
+
+class CorrectionResult(NamedTuple):
+    """N examples through R correction rounds.
+
+    correct: bool  [R + 1, N]  correctness of the standing attempt after round t (0: the given attempts)
+    tokens:  int64 [R + 1, N]  tokens generated in round t (round 0: 0, the attempts were given)
+    texts:   [N] the attempts after the last round
+    """
+
+    correct: np.ndarray
+    tokens: np.ndarray
+    texts: list
+
+    def summary(self) -> dict:
+        """Flat dict: per round, accuracy, fix / break rates against the previous round and against round 0 (nan
+        when no attempt of that kind existed) and mean tokens per example, cumulative."""
+        c = self.correct
+        n = max(c.shape[1], 1)
+        rate = lambda mask, val: float(val[mask].mean()) if mask.any() else float("nan")
+        out = {"correct/round0/accuracy": float(c[0].mean())}
+        cum = np.cumsum(self.tokens.sum(axis=1)) / n
+        for t in range(1, c.shape[0]):
+            p = f"correct/round{t}"
+            out[f"{p}/accuracy"] = float(c[t].mean())
+            out[f"{p}/fix_rate"] = rate(~c[t - 1], c[t])
+            out[f"{p}/break_rate"] = rate(c[t - 1], ~c[t])
+            out[f"{p}/fix_rate_vs_round0"] = rate(~c[0], c[t])
+            out[f"{p}/break_rate_vs_round0"] = rate(c[0], ~c[t])
+            out[f"{p}/tokens_per_example"] = float(cum[t])
+        return out
+
+
+def _scores(reward_fn, texts: Sequence[str], examples: Sequence) -> np.ndarray:
+    return np.asarray(reward_fn(list(texts), list(examples)).scores, np.float32) > 0.5
+
+
+def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Sequence[str], reward_fn, *,
+                 rounds: int = 1, max_new_tokens: int = 512, answer_instruction: str = SOLVE_INSTRUCTION,
+                 attempt_correct: Optional[Sequence[bool]] = None) -> CorrectionResult:
+    """Run `rounds` correction rounds from `attempts` (one per example, with `.question`); `reward_fn(texts,
+    examples) -> RewardResult`. `attempt_correct` gives round 0's correctness when known (else it is scored)."""
+    if len(attempts) != len(examples):
+        raise ValueError(f"self_correct: {len(attempts)} attempts for {len(examples)} examples; give one each")
+    if int(rounds) < 1:
+        raise ValueError(f"self_correct: rounds must be >= 1, got {rounds}")
+    texts = [str(a) for a in attempts]
+    first = (_scores(reward_fn, texts, examples) if attempt_correct is None
+             else np.asarray(attempt_correct, bool).reshape(-1))
+    if first.shape != (len(examples),):
+        raise ValueError(f"self_correct: attempt_correct has shape {first.shape}; give one flag per example")
+    correct, tokens = [first], [np.zeros(len(examples), np.int64)]
+    for _ in range(int(rounds)):
+        prompts = tokenizer.encode_ragged([tokenizer.render_prompt(
+            replay_correction_prompt(e.question, t, answer_instruction)) for e, t in zip(examples, texts)])
+        ids = generate(prompts, max_new_tokens=max_new_tokens)
+        texts = [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
+        correct.append(_scores(reward_fn, texts, examples))
+        tokens.append(np.array([len(x) for x in ids], np.int64))
+    return CorrectionResult(np.stack(correct), np.stack(tokens), texts)
+
+
+def correct_buggy_programs(generate: Generate, tokenizer, problems: Sequence[CorrectionProblem], reward_fn, *,
+                           rounds: int = 1, max_new_tokens: int = 512) -> CorrectionResult:
+    """DebugBench-style evaluation: each problem's buggy program (wrong by construction: the sandbox failed it)
+    is the round-0 attempt, fenced as the model writes code; corrections end in one fenced python block.
+    `reward_fn` is `data.code_datasets.code_example_reward` (the sandbox)."""
+    examples = as_examples(problems)
+    attempts = [f"```python\n{p.buggy_program.strip()}\n```" for p in problems]
+    return self_correct(generate, tokenizer, examples, attempts, reward_fn, rounds=rounds,
+                        max_new_tokens=max_new_tokens, answer_instruction=CODE_INSTRUCTION,
+                        attempt_correct=[False] * len(problems))
+
+
+def math_example_reward(texts: Sequence[str], examples: Sequence):
+    """The math verifier on Examples: the last \\boxed{} of each text against `example.answer`."""
+    return math_reward(list(texts), [e.answer for e in examples])
+
+
+def evaluate_correction(model, tokenizer, examples: Sequence, *, rounds: int = 1, reward_fn=math_example_reward,
+                        prompt_fn: Callable[[str], str] = solve_prompt, answer_instruction: str = SOLVE_INSTRUCTION,
+                        max_new_tokens: int = 1024, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                        seed: int = 0, batch_size: int = 8, params=None) -> dict:
+    """The model's own attempts (one per example from `prompt_fn(question)`), then `rounds` correction rounds;
+    the `CorrectionResult.summary()` dict plus the solve tokens per example (`correct/round0/tokens_per_example`).
+    For an evaluation script: `results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=R)`."""
+    generate = make_generate(model, tokenizer, params=params, temperature=temperature, top_p=top_p, top_k=top_k,
+                             seed=seed, batch_size=batch_size)
+    prompts = tokenizer.encode_ragged([tokenizer.render_prompt(prompt_fn(e.question)) for e in examples])
+    ids = generate(prompts, max_new_tokens=max_new_tokens)
+    attempts = [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
+    res = self_correct(generate, tokenizer, examples, attempts, reward_fn, rounds=rounds,
+                       max_new_tokens=max_new_tokens, answer_instruction=answer_instruction)
+    out = res.summary()
+    out["correct/round0/tokens_per_example"] = float(np.mean([len(x) for x in ids])) if len(ids) else 0.0
+    return out
