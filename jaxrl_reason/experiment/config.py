@@ -47,7 +47,7 @@ class TokenizerSection:
 class DataSection:
     """Where problems and their reward come from (`experiment.data.SOURCES`)."""
 
-    source: str = "arithmetic"  # arithmetic | reasoning_gym | file | code
+    source: str = "arithmetic"  # arithmetic | reasoning_gym | file | code | graph_path
     train_size: int = 20000  # generated training problems (arithmetic / reasoning_gym / generated code)
     heldout_size: int = 256  # held-out problems for before/after accuracy (disjoint questions)
     min_digits: int = 1  # arithmetic: digits per operand, lower bound
@@ -63,6 +63,8 @@ class DataSection:
     heldout_path: str = ""  # optional separate held-out file (source=file); else split off train
     question_field: str = "question"  # question field name for source=file
     answer_field: str = "answer"  # answer field name for source=file
+    graph_arms: int = 3  # source=graph_path: chains off the start node (the first hop is a 1-in-arms choice)
+    graph_arm_len: int = 3  # source=graph_path: nodes per chain (the goal ends one chain)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,11 @@ class SftSection:
     verify_balance: str = "subsample"  # subsample: class balance over all rows | per_question: within each question
     # none | slips: also train on each warm-up question's worked solution ("Yes") beside a copy with one slip ("No")
     verify_contrast: str = "none"
+    # Auxiliary formats mixed into the SFT warm-up (sources with AUX_FORMATS, e.g. graph_path), each as a share
+    # of the sft.examples worked solutions: a from-scratch model has never seen these prompts (docs/methods/testbed.md)
+    aux_verify_share: float = 0.0  # RL^V verify rows (problem + right/wrong solution -> "Yes"/"No")
+    aux_critique_share: float = 0.0  # CURE four-field critiques of right and wrong solutions
+    aux_correct_share: float = 0.0  # CIPO corrections (wrong attempt -> worked solution)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -92,8 +92,25 @@ def file_source(d: DataSection, seed: int) -> TaskData:
     return TaskData(train, heldout, _math_reward_fn(d), solve_prompt)
 
 
+def graph_path_source(d: DataSection, seed: int) -> TaskData:
+    from jaxrl_reason.data.graph_path import GraphPathConfig, graph_path_examples, graph_path_reward
+
+    gcfg = GraphPathConfig(arms=d.graph_arms, arm_len=d.graph_arm_len)
+    train, heldout = split_heldout(graph_path_examples(_pool_size(d), seed=seed, config=gcfg), d.heldout_size)
+    return TaskData(train, heldout, graph_path_reward, solve_prompt)
+
+
+def graph_path_aux(examples, *, verify: int, critique: int, correct: int, seed: int):
+    from jaxrl_reason.data.graph_path import auxiliary_rows
+
+    return auxiliary_rows(examples, verify=verify, critique=critique, correct=correct, seed=seed)
+
+
 SOURCES = {"arithmetic": arithmetic_source, "code": code_source, "reasoning_gym": reasoning_gym_source,
-           "file": file_source}
+           "file": file_source, "graph_path": graph_path_source}
+# Sources that can write the auxiliary warm-up formats (verify rows, critiques, corrections) from their own
+# instances: (train examples, *, verify, critique, correct, seed) -> Examples whose question is the whole user turn
+AUX_FORMATS = {"graph_path": graph_path_aux}
 
 
 def build_data(d: DataSection, seed: int) -> TaskData:

@@ -8,12 +8,14 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.experiment.data import TaskData
+from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
 from jaxrl_reason.experiment.model import build_model, load_hf, save_hf
 
 
 def check_verify_warmup(rc: RunConfig) -> None:
-    """Fails before any training when the verification warm-up is asked for but cannot run."""
+    """Fails before any training when the verification warm-up, or an auxiliary warm-up format, is asked for but
+    cannot run."""
+    check_aux_formats(rc)
     s = rc.sft
     if s.verify_steps <= 0:
         return
@@ -49,6 +51,38 @@ def verify_contrast_fn(rc: RunConfig, contrast: str = ""):
     return functools.partial(slipped_example_solution, style=style)
 
 
+def check_aux_formats(rc: RunConfig) -> None:
+    """Fails at start-up when auxiliary warm-up formats are asked for but the data source cannot write them."""
+    s = rc.sft
+    shares = {"aux_verify_share": s.aux_verify_share, "aux_critique_share": s.aux_critique_share,
+              "aux_correct_share": s.aux_correct_share}
+    for name, v in shares.items():
+        if v < 0:
+            raise ValueError(f"config sft.{name}={v} must be >= 0 (a share of sft.examples)")
+    if any(shares.values()) and rc.data.source not in AUX_FORMATS:
+        raise ValueError(f"config sft.aux_*_share > 0 needs a data source that writes the auxiliary formats "
+                         f"({' | '.join(AUX_FORMATS)}), got data.source={rc.data.source!r}; set the shares to 0")
+
+
+def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
+    """-> (the warm-up's rows, the prompt_fn that poses them): the first `sft.examples` worked solutions plus,
+    when the sft.aux_*_share knobs ask for them, auxiliary-format rows built from those same problems. An
+    auxiliary row's question is already its whole user turn, so the prompt function passes it through."""
+    check_aux_formats(rc)
+    s = rc.sft
+    base = list(task.train[:s.examples])
+    counts = {k: int(round(getattr(s, f"aux_{k}_share") * len(base))) for k in ("verify", "critique", "correct")}
+    if not any(counts.values()):
+        return base, task.prompt_fn
+    aux = AUX_FORMATS[rc.data.source](base, seed=rc.seed, **counts)
+    turns = frozenset(e.question for e in aux)
+
+    def prompt_fn(question: str) -> str:
+        return question if question in turns else task.prompt_fn(question)
+
+    return base + aux, prompt_fn
+
+
 def _writer(workdir: str, name: str):
     from jaxrl_reason.parallel.mesh import is_main_process
     from jaxrl_reason.train.metrics import MetricsWriter
@@ -63,14 +97,15 @@ def run_sft(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=
     s = rc.sft
     writer = _writer(workdir, "logs_sft")
     t = time.time()
-    sft_train(model, tokenizer, task.train[:s.examples], steps=s.steps, batch_size=s.batch_size, lr=s.lr,
+    examples, prompt_fn = sft_examples(rc, task)
+    sft_train(model, tokenizer, examples, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
               warmup_steps=s.warmup_steps, seed=rc.seed, writer=writer, progress=rc.rl.progress,
-              prompt_fn=task.prompt_fn, mesh=mesh)
+              prompt_fn=prompt_fn, mesh=mesh)
     writer.close()
     return time.time() - t
 
 
-def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str) -> dict:
+def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> dict:
     """The self-labelled verification warm-up (`train/verify_warmup.py`) on the SFT slice's first questions."""
     from jaxrl_reason.train.verify_warmup import verify_warmup
 
@@ -82,7 +117,7 @@ def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: 
                         samples_per_question=s.verify_samples, max_new_tokens=rc.rl.max_new_tokens,
                         balance=s.verify_balance, contrast_fn=verify_contrast_fn(rc),
                         temperature=rc.rl.temperature, seed=rc.seed, progress=rc.rl.progress, writer=writer,
-                        prompt_fn=task.prompt_fn)
+                        prompt_fn=task.prompt_fn, mesh=mesh)
     writer.close()
     res.pop("history")
     res["seconds"] = time.time() - t
@@ -103,7 +138,7 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
         return model, {}
     report = {"sft_seconds": run_sft(rc, model, tokenizer, task, workdir, mesh)}
     if rc.sft.verify_steps > 0:
-        report["verify_warmup"] = run_verify_warmup(rc, model, tokenizer, task, workdir)
+        report["verify_warmup"] = run_verify_warmup(rc, model, tokenizer, task, workdir, mesh)
     save_hf(model, sft_dir)
     return model, report
 

@@ -1,0 +1,115 @@
+"""Preconditions of the checking-is-easier testbed (docs/results/testbed.md), measured before any RL:
+
+    python experiments/research/testbed_probe.py [--config experiments/configs/testbed_rlv.py] [--vote-questions 256]
+
+1. the warmed-up policy's accuracy at the training temperature (fresh samples of held-out questions), and the
+   error kinds of its wrong samples (`data.graph_path.error_kind`, counted);
+2. the policy's own verifier (P("Yes") on the RL^V verify prompt) on those samples right after the warm-up, which
+   taught the verify format from injected errors only: pooled balanced accuracy and AUROC within a question;
+3. the same after an offline verifier warm-up on the policy's own labelled samples of training questions
+   (`train/verify_warmup.py`), i.e. the verifier RL^V could reach.
+Scores come from `inference.test_time.evaluate` and `inference.diagnostics.verifier_quality`.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import time
+
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
+
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def error_counts(examples, samples) -> dict:
+    """Counts of `error_kind` over every wrong sample ({kind: count})."""
+    from jaxrl_reason.data.graph_path import error_kind, parse_path
+
+    c = collections.Counter()
+    for e, row in zip(examples, samples):
+        for text in row["completions"]:
+            kind = error_kind(e.question, parse_path(text))
+            if kind is not None:
+                c[kind] += 1
+    return dict(c)
+
+
+def measure(model, tokenizer, heldout, rc, args, reward_fn):
+    from jaxrl_reason.inference.test_time import evaluate
+
+    v = evaluate(model, tokenizer, heldout[:args.vote_questions], n=args.vote_n, max_new_tokens=rc.rl.max_new_tokens,
+                 temperature=rc.rl.temperature, seed=rc.seed, progress=False, reward_fn=reward_fn, keep_samples=True)
+    return v
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default=os.path.join(CONFIGS, "testbed_rlv.py"))
+    p.add_argument("--workdir", default="runs/testbed_probe")
+    p.add_argument("--vote-questions", type=int, default=256)
+    p.add_argument("--vote-n", type=int, default=16)
+    p.add_argument("--verify-questions", type=int, default=1024)
+    p.add_argument("--verify-samples", type=int, default=8)
+    p.add_argument("--verify-steps", type=int, default=400)
+    p.add_argument("--verify-lr", type=float, default=1e-3)
+    p.add_argument("--graph-arms", type=int, default=0, help="data.graph_arms (0 = the config's)")
+    p.add_argument("--graph-arm-len", type=int, default=0, help="data.graph_arm_len (0 = the config's)")
+    p.add_argument("--sft-steps", type=int, default=0, help="sft.steps (0 = the config's)")
+    args = p.parse_args()
+
+    from absl import logging
+
+    from jaxrl_reason.configs import load_config_file
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.warmup import warmed_up_policy, without_verify_warmup
+    from jaxrl_reason.train.verify_warmup import verify_warmup
+
+    logging.set_verbosity(logging.WARNING)
+    cfg = load_config_file(args.config)
+    cfg.rl.progress = False
+    for section, knob, value in (("data", "graph_arms", args.graph_arms), ("data", "graph_arm_len", args.graph_arm_len),
+                                 ("sft", "steps", args.sft_steps)):
+        if value:
+            setattr(cfg[section], knob, value)
+    rc = without_verify_warmup(read_run_config(cfg))
+    workdir = os.path.abspath(args.workdir)
+    os.makedirs(workdir, exist_ok=True)
+    task = build_data(rc.data, rc.seed)
+    tokenizer = build_tokenizer(rc, task.train, workdir, task.prompt_fn)
+    t = time.time()
+    model, _ = warmed_up_policy(rc, tokenizer, task, workdir)
+    out = {"sft_seconds": time.time() - t, "temperature": rc.rl.temperature}
+
+    def record(name, v):
+        q = v["verifier"]["self"]
+        wrong = error_counts(task.heldout[:args.vote_questions], v["samples"]) if "samples" in v else None
+        out[name] = {"pass@1": v["strategies"]["pass"]["mean"][0], "error_kinds": wrong,
+                     "balanced_accuracy": q["balanced_accuracy"], "auroc": q["auroc"],
+                     "within_question_auroc": q["within_question_auroc"], "mixed_questions": q["mixed_questions"]}
+        print(name, json.dumps(out[name]), flush=True)
+
+    record("after_sft", measure(model, tokenizer, task.heldout, rc, args, task.reward_fn))
+    json.dump(out, open(os.path.join(workdir, "probe.json"), "w"), indent=2)
+    t = time.time()
+    res = verify_warmup(model, tokenizer, task.train[:args.verify_questions], task.reward_fn, steps=args.verify_steps,
+                        batch_size=rc.sft.verify_batch_size, solve_batch_size=rc.sft.verify_solve_rows,
+                        lr=args.verify_lr, samples_per_question=args.verify_samples,
+                        max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature, seed=rc.seed,
+                        progress=False, prompt_fn=task.prompt_fn)
+    out["verify_warmup"] = {"seconds": time.time() - t, "rows": res["rows"],
+                            "positive_frac_sampled": res["positive_frac_sampled"],
+                            "before_bal_acc": res["before"]["balanced_acc"],
+                            "after_bal_acc": res["after"]["balanced_acc"]}
+    print("verify_warmup", json.dumps(out["verify_warmup"]), flush=True)
+    record("after_offline_verifier", measure(model, tokenizer, task.heldout, rc, args, task.reward_fn))
+    json.dump(out, open(os.path.join(workdir, "probe.json"), "w"), indent=2)
+
+
+if __name__ == "__main__":
+    main()

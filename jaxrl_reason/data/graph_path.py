@@ -1,0 +1,264 @@
+"""A testbed task where checking is easier than solving: find the path from a start node to a goal node of a
+path-star graph given as a shuffled edge list.
+
+The graph is `arms` chains of `arm_len` nodes hanging off the start; the goal is the far end of one chain. Checking
+a path is local (every hop is a listed edge, it starts at the start and ends at the goal); producing one needs the
+first hop to be right, which a left-to-right reader can only know by searching from the goal backwards (cf. the
+path-star task). Each instance also yields, from the same graph, wrong solutions of a named error kind, CURE
+critiques of them (METHODS §3's four fields) and corrections (wrong attempt -> right solution) for CIPO.
+
+Text formats (nodes are single capital letters):
+    question  "Edges: A-K, K-D, ...\nFind a path from A to D."
+    solution  "A -> K\nK -> D\n\\boxed{A K D}"        (one hop per line, then the boxed node sequence)
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import string
+from typing import Optional, Sequence
+
+import numpy as np
+
+from jaxrl_reason.data.datasets import Example
+from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, verify_prompt
+from jaxrl_reason.rewards.base import RewardResult
+from jaxrl_reason.rewards.math import extract_boxed
+
+# The constraint a wrong answer violates first, in the order `error_kind` checks them.
+ERROR_KINDS = ("no_answer", "wrong_start", "non_edge", "revisit", "wrong_end")
+# The kinds `inject_error` can write (no_answer is a format failure, not a reasoning error).
+INJECTABLE_KINDS = ("wrong_start", "non_edge", "revisit", "wrong_end")
+_QUESTION_RE = re.compile(r"^Edges: (?P<edges>.*)\nFind a path from (?P<s>[A-Z]) to (?P<t>[A-Z])\.$")
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphPathConfig:
+    arms: int = 3  # chains hanging off the start node (the first hop is a 1-in-`arms` choice without search)
+    arm_len: int = 3  # nodes per chain; the goal is the last node of one chain
+
+    def __post_init__(self):
+        if self.arms < 2:
+            raise ValueError(f"config data.graph_arms={self.arms} must be >= 2 (one arm needs no search)")
+        if self.arm_len < 1:
+            raise ValueError(f"config data.graph_arm_len={self.arm_len} must be >= 1")
+        if self.arms * self.arm_len + 1 > len(string.ascii_uppercase):
+            raise ValueError(f"config data.graph_arms * data.graph_arm_len + 1 = {self.arms * self.arm_len + 1} "
+                             "nodes; the single-letter labels allow at most 26; make the graph smaller")
+
+
+def _edge(a: str, b: str) -> frozenset:
+    return frozenset((a, b))
+
+
+def make_instance(rng: np.random.Generator, config: GraphPathConfig) -> dict:
+    """One random path-star graph: {"edges": [(a, b), ...] shuffled, "start", "goal", "path", "arms"}."""
+    n = config.arms * config.arm_len + 1
+    labels = [str(x) for x in rng.choice(list(string.ascii_uppercase), size=n, replace=False)]
+    start, rest = labels[0], labels[1:]
+    arms = [rest[i * config.arm_len:(i + 1) * config.arm_len] for i in range(config.arms)]
+    edges = []
+    for arm in arms:
+        chain = [start] + list(arm)
+        edges += [(a, b) if rng.random() < 0.5 else (b, a) for a, b in zip(chain, chain[1:])]
+    order = rng.permutation(len(edges))
+    edges = [edges[i] for i in order]
+    goal_arm = int(rng.integers(config.arms))
+    path = [start] + list(arms[goal_arm])
+    return {"edges": [list(e) for e in edges], "start": start, "goal": path[-1], "path": path,
+            "arms": [list(a) for a in arms]}
+
+
+def question_text(inst: dict) -> str:
+    edges = ", ".join(f"{a}-{b}" for a, b in inst["edges"])
+    return f"Edges: {edges}\nFind a path from {inst['start']} to {inst['goal']}."
+
+
+def parse_question(question: str) -> tuple[set, str, str]:
+    """-> (edge set of frozensets, start, goal) from a question's text."""
+    m = _QUESTION_RE.match(question.strip())
+    if m is None:
+        raise ValueError(f"not a graph_path question: {question[:60]!r}")
+    edges = {_edge(*e.split("-")) for e in m.group("edges").split(", ")}
+    return edges, m.group("s"), m.group("t")
+
+
+def solution_text(path: Sequence[str]) -> str:
+    """The worked-solution format: one hop per line, then the boxed node sequence."""
+    hops = [f"{a} -> {b}" for a, b in zip(path, path[1:])]
+    return "\n".join(hops + [f"\\boxed{{{' '.join(path)}}}"])
+
+
+def parse_path(text: str) -> Optional[list[str]]:
+    """The boxed node sequence of a model output, or None when there is none or it is not single letters."""
+    boxed = extract_boxed(text) if isinstance(text, str) else None
+    if boxed is None:
+        return None
+    nodes = boxed.replace(",", " ").replace("->", " ").split()
+    if not nodes or not all(len(x) == 1 and x in string.ascii_uppercase for x in nodes):
+        return None
+    return nodes
+
+
+def error_kind(question: str, path: Optional[Sequence[str]]) -> Optional[str]:
+    """The first constraint `path` violates (ERROR_KINDS), or None when it is a right answer: a simple path from
+    the start to the goal whose every hop is a listed edge."""
+    edges, s, t = parse_question(question)
+    if not path:
+        return "no_answer"
+    if path[0] != s:
+        return "wrong_start"
+    if any(_edge(a, b) not in edges for a, b in zip(path, path[1:])):
+        return "non_edge"
+    if len(set(path)) != len(path):
+        return "revisit"
+    if path[-1] != t or len(path) < 2:
+        return "wrong_end"
+    return None
+
+
+def check(question: str, text: str) -> bool:
+    """The exact checker: True iff the output's boxed path is a right answer."""
+    return error_kind(question, parse_path(text)) is None
+
+
+def graph_path_reward(texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
+    """Reward 1 for a right boxed path; details name the violated constraint. Never raises on model output."""
+    scores, details = [], []
+    for text, e in zip(texts, examples):
+        path = parse_path(text)
+        kind = error_kind(e.question, path)
+        scores.append(float(kind is None))
+        details.append({"error_kind": kind or "none", "extracted": " ".join(path) if path else None})
+    return RewardResult(np.asarray(scores, np.float32), details)
+
+
+def graph_path_examples(n: int, *, seed: int, config: GraphPathConfig = GraphPathConfig()) -> list[Example]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        inst = make_instance(rng, config)
+        out.append(Example(question=question_text(inst), answer=" ".join(inst["path"]), id=f"graph_path-{seed}-{i}",
+                           solution=solution_text(inst["path"]), meta={"source": "graph_path", **inst}))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Wrong solutions of a named kind, and what they teach: verify rows, critiques, corrections
+# ----------------------------------------------------------------------------------------------------------------
+def inject_error(e: Example, kind: str, rng: np.random.Generator) -> list[str]:
+    """A wrong path for `e` whose first violated constraint is `kind` (INJECTABLE_KINDS). The kinds mirror what a
+    left-to-right solver does wrong: take the wrong arm (wrong_end), skip a node (non_edge), step back onto a
+    node (revisit), or start elsewhere (wrong_start)."""
+    inst = e.meta
+    path, start = list(inst["path"]), inst["start"]
+    others = [a for a in inst["arms"] if a[-1] != inst["goal"]]
+    if kind == "wrong_end":
+        arm = others[int(rng.integers(len(others)))]
+        cut = int(rng.integers(1, len(arm) + 1))  # stop anywhere along the wrong arm
+        return [start] + list(arm[:cut])
+    if kind == "non_edge":
+        if len(path) >= 3:
+            drop = int(rng.integers(1, len(path) - 1))
+            return path[:drop] + path[drop + 1:]
+        arm = others[int(rng.integers(len(others)))]  # arm_len 1: jump from a wrong leaf to the goal
+        return [start, arm[0], path[-1]]
+    if kind == "revisit":
+        cut = int(rng.integers(1, len(path)))  # walk forward, step back one node, then go on to the goal
+        return path[:cut + 1] + [path[cut - 1]] + path[cut:]
+    if kind == "wrong_start":
+        wrong = path[1] if len(path) > 1 else others[0][0]
+        return [wrong] + path[1:] if path[1:] and path[1] != wrong else [wrong] + path
+    raise ValueError(f"error kind {kind!r} is unknown; use {' | '.join(INJECTABLE_KINDS)}")
+
+
+def _first_bad_hop(question: str, path: Sequence[str], kind: str) -> int:
+    """Index i of the hop path[i] -> path[i+1] that is the earliest error of `kind`."""
+    edges, s, t = parse_question(question)
+    if kind == "wrong_start":
+        return 0
+    if kind == "non_edge":
+        return next(i for i, (a, b) in enumerate(zip(path, path[1:])) if _edge(a, b) not in edges)
+    if kind == "revisit":
+        seen = set()
+        for i, x in enumerate(path):
+            if x in seen:
+                return i - 1
+            seen.add(x)
+    return 0  # wrong_end: the answer went wrong at the first hop, into an arm that does not reach the goal
+
+
+_WHY = {
+    "wrong_start": "The path has to begin at the start node named in the problem, and this one begins elsewhere.",
+    "non_edge": "This hop is not in the edge list, so the path uses a connection the graph does not have.",
+    "revisit": "This hop returns to a node the path already visited, so it is not a simple path.",
+    "wrong_end": "This first hop enters a branch that never reaches the goal, so the path ends at the wrong node.",
+}
+_HINT = {
+    "wrong_start": "Begin the path exactly at the start node the question names and write that node first.",
+    "non_edge": "Before writing each hop, look it up in the edge list and only move along edges that are listed.",
+    "revisit": "Each node may appear only once, so never step back onto a node that is already on the path.",
+    "wrong_end": "Work backwards from the goal: find the one edge that reaches it, then repeat until the start.",
+}
+GENERIC_HINT = "Trace the chain backwards from the goal along listed edges, then write it out from the start."
+
+
+def critique_text(question: str, path: Sequence[str], kind: Optional[str]) -> str:
+    """The four-field critique (METHODS §3) of `path`: for a wrong one, the quote is its earliest faulty hop line
+    and the hint names the violated constraint as a strategy (never a node of the answer); for a right one, no
+    error and a general strategy."""
+    if kind is None:
+        return ("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: none\n"
+                f"HIGH_LEVEL_HINT: {GENERIC_HINT}")
+    if len(path) < 2:
+        quote = f"\\boxed{{{' '.join(path)}}}"
+    else:
+        i = _first_bad_hop(question, path, kind)
+        quote = f"{path[i]} -> {path[i + 1]}"
+    return (f"ERROR_FOUND: true\nERROR_QUOTE: {quote}\nWHY_IT_MATTERS: {_WHY[kind]}\n"
+            f"HIGH_LEVEL_HINT: {_HINT[kind]}")
+
+
+def verify_target(question: str, text: str) -> str:
+    """"Yes" / "No": the RL^V verify target of a solution text, by the exact checker."""
+    return VERIFY_YES if check(question, text) else VERIFY_NO
+
+
+def _wrong(e: Example, rng: np.random.Generator) -> tuple[list[str], str]:
+    kind = INJECTABLE_KINDS[int(rng.integers(len(INJECTABLE_KINDS)))]
+    return inject_error(e, kind, rng), kind
+
+
+def auxiliary_rows(examples: Sequence[Example], *, verify: int, critique: int, correct: int,
+                   seed: int) -> list[Example]:
+    """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
+    whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
+    `critique` CURE critiques (half of wrong solutions, half of right ones) and `correct` CIPO corrections (a
+    wrong attempt -> the worked solution). Examples are cycled when a count exceeds them."""
+    if min(verify, critique, correct) < 0:
+        raise ValueError("auxiliary_rows: counts must be >= 0")
+    if not examples and verify + critique + correct:
+        raise ValueError("auxiliary_rows: no examples to build auxiliary rows from")
+    rng = np.random.default_rng(seed)
+    rows = []
+
+    def pick(i):
+        return examples[i % len(examples)]
+
+    for i in range(verify):
+        e = pick(i)
+        path = e.meta["path"] if i % 2 == 0 else _wrong(e, rng)[0]
+        sol = solution_text(path)
+        rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/verify{i}", verify_target(e.question, sol),
+                            {"source": "graph_path", "format": "verify"}))
+    for i in range(critique):
+        e = pick(verify + i)
+        path, kind = (list(e.meta["path"]), None) if i % 2 == 0 else _wrong(e, rng)
+        rows.append(Example(critique_prompt(e.question, solution_text(path)), "", f"{e.id}/critique{i}",
+                            critique_text(e.question, path, kind), {"source": "graph_path", "format": "critique"}))
+    for i in range(correct):
+        e = pick(verify + critique + i)
+        path, _ = _wrong(e, rng)
+        rows.append(Example(correction_prompt(e.question, solution_text(path)), e.answer, f"{e.id}/correct{i}",
+                            e.solution, {"source": "graph_path", "format": "correct", "question": e.question}))
+    return rows

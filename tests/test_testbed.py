@@ -1,0 +1,167 @@
+"""The graph-path testbed (data/graph_path.py): its exact checker, the error injector, the auxiliary formats
+(verify rows, CURE critiques, CIPO corrections) and the warm-up that mixes them in, end to end through the config."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+from jaxrl_reason.data import graph_path as gp
+from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, parse_critique
+
+# A hand-made instance: start A, arms A-B-C, A-D-E, A-F-G; the goal G.
+Q = "Edges: B-C, A-B, D-E, G-F, A-D, F-A\nFind a path from A to G."
+
+
+def _sol(nodes: str) -> str:
+    return gp.solution_text(nodes.split())
+
+
+def test_checker_on_hand_made_solutions():
+    assert gp.check(Q, _sol("A F G"))
+    assert gp.check(Q, "A -> F\nF -> G\n\\boxed{A F G}")
+    assert gp.error_kind(Q, "A B C".split()) == "wrong_end"
+    assert gp.error_kind(Q, "A G".split()) == "non_edge"
+    assert gp.error_kind(Q, "F G".split()) == "wrong_start"
+    assert gp.error_kind(Q, "A F A F G".split()) == "revisit"
+    assert gp.error_kind(Q, None) == "no_answer"
+    assert not gp.check(Q, "A -> F\nF -> G")  # no boxed answer
+    assert not gp.check(Q, "\\boxed{A, F, 7}")
+    r = gp.graph_path_reward([_sol("A F G"), _sol("A D E")], [gp.Example(Q, "A F G", "x")] * 2)
+    np.testing.assert_array_equal(r.scores, [1.0, 0.0])
+    assert r.details[1]["error_kind"] == "wrong_end"
+
+
+def test_generated_instances_solve_and_round_trip():
+    exs = gp.graph_path_examples(50, seed=3, config=gp.GraphPathConfig(arms=3, arm_len=2))
+    for e in exs:
+        assert gp.check(e.question, e.solution)
+        edges, s, t = gp.parse_question(e.question)
+        assert len(edges) == 6 and s == e.meta["start"] and t == e.meta["goal"]
+    with pytest.raises(ValueError, match="graph_arms"):
+        gp.GraphPathConfig(arms=1)
+
+
+@pytest.mark.parametrize("kind", gp.INJECTABLE_KINDS)
+@pytest.mark.parametrize("arm_len", [1, 3])
+def test_injector_writes_only_wrong_solutions_of_the_named_kind(kind, arm_len):
+    rng = np.random.default_rng(0)
+    for e in gp.graph_path_examples(40, seed=1, config=gp.GraphPathConfig(arms=3, arm_len=arm_len)):
+        path = gp.inject_error(e, kind, rng)
+        assert gp.error_kind(e.question, path) == kind, (e.question, path)
+        assert not gp.check(e.question, gp.solution_text(path))
+
+
+def _rows(fmt, n=60, seed=0):
+    exs = gp.graph_path_examples(30, seed=seed)
+    counts = {"verify": 0, "critique": 0, "correct": 0, fmt: n}
+    return exs, gp.auxiliary_rows(exs, seed=seed, **counts)
+
+
+def test_critiques_parse_with_every_field_and_quote_the_faulty_hop():
+    exs, rows = _rows("critique")
+    verdicts = []
+    for r in rows:
+        c = parse_critique(r.solution)
+        assert c.format_errors == (), (r.solution, c.format_errors)
+        assert c.hint_words >= 10
+        solution = r.question.split("Solution:\n")[1].split("\n\nReply with")[0]
+        question = r.question.split("Problem:\n")[1].split("\n\nSolution:")[0]
+        wrong = not gp.check(question, solution)
+        assert c.error_found is wrong
+        verdicts.append(wrong)
+        # The hint names a constraint or a strategy, never a node (so never the answer).
+        assert not re.search(r"\b[A-Z]\b", c.hint), c.hint
+        if wrong:
+            assert c.quote in solution.split("\n")
+            path = gp.parse_path(solution)
+            i = solution.split("\n").index(c.quote)
+            kind = gp.error_kind(question, path)
+            # The quoted hop is where the path first breaks the named constraint.
+            assert kind == "wrong_end" or gp.error_kind(question, path[:i + 2]) == kind
+    assert 0 < sum(verdicts) < len(verdicts)
+
+
+def test_correction_targets_pass_the_checker_and_attempts_do_not():
+    _, rows = _rows("correct")
+    for r in rows:
+        q = r.meta["question"]
+        attempt = r.question.split("earlier attempt at this problem:\n")[1].split("\n\nReview the attempt")[0]
+        assert gp.check(q, r.solution)
+        assert not gp.check(q, attempt)
+
+
+def test_verify_rows_are_labelled_by_the_checker_and_balanced():
+    _, rows = _rows("verify")
+    labels = [r.solution for r in rows]
+    assert set(labels) == {VERIFY_YES, VERIFY_NO} and labels.count(VERIFY_YES) == len(rows) // 2
+    for r in rows:
+        q = r.question.split("Problem:\n")[1].split("\n\nSolution:")[0]
+        s = r.question.split("Solution:\n")[1].split("\n\nIs this solution")[0]
+        assert (r.solution == VERIFY_YES) == gp.check(q, s)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Through the config: the data source and the warm-up that mixes the auxiliary formats
+# ---------------------------------------------------------------------------------------------------------------
+def _tiny_cfg(tmp_path, **sft):
+    from jaxrl_reason.configs.testbed_rlv import get_config
+
+    c = get_config()
+    c.workdir = str(tmp_path)
+    c.data.train_size, c.data.heldout_size = 200, 16
+    c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 32, 2, 64
+    c.tokenizer.vocab_size = 300
+    c.sft.steps, c.sft.examples, c.sft.batch_size = 3, 40, 4
+    c.rl.progress = False
+    for k, v in sft.items():
+        setattr(c.sft, k, v)
+    return c
+
+
+def test_sft_examples_mix_the_auxiliary_formats_by_their_shares(tmp_path):
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.warmup import sft_examples
+
+    rc = read_run_config(_tiny_cfg(tmp_path, aux_verify_share=0.5, aux_critique_share=0.25, aux_correct_share=0.0))
+    task = build_data(rc.data, rc.seed)
+    rows, prompt_fn = sft_examples(rc, task)
+    fmts = [r.meta.get("format", "solve") for r in rows]
+    assert (fmts.count("solve"), fmts.count("verify"), fmts.count("critique"), fmts.count("correct")) == (40, 20, 10, 0)
+    aux = rows[-1]
+    assert prompt_fn(aux.question) == aux.question  # an auxiliary row is its own user turn
+    assert prompt_fn(rows[0].question) == task.prompt_fn(rows[0].question)
+    off, fn = sft_examples(dataclasses.replace(rc, sft=dataclasses.replace(rc.sft, aux_verify_share=0.0,
+                                                                           aux_critique_share=0.0)), task)
+    assert len(off) == 40 and fn is task.prompt_fn
+
+
+def test_aux_shares_refused_for_a_source_without_them(tmp_path):
+    from jaxrl_reason.experiment.pipeline import start
+
+    c = _tiny_cfg(tmp_path, aux_critique_share=0.5)
+    c.data.source = "arithmetic"
+    with pytest.raises(ValueError, match="aux_"):
+        start(c)
+    c = _tiny_cfg(tmp_path, aux_verify_share=-1.0)
+    with pytest.raises(ValueError, match="aux_verify_share"):
+        start(c)
+
+
+def test_warmup_runs_end_to_end_on_the_testbed(tmp_path):
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import warmed_up_policy
+
+    rc, _ = start(_tiny_cfg(tmp_path))
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    for ch in "ABCDEFGHIJKLMNOPQRSTUVWXYZ->\\{}":  # the task's alphabet encodes and decodes losslessly
+        assert tok.decode(tok.encode(ch)) == ch
+    model, report = warmed_up_policy(rc, tok, task, str(tmp_path))
+    assert report["sft_seconds"] > 0
+    assert (tmp_path / "sft_model" / "config.json").exists()
