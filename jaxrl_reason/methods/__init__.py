@@ -7,6 +7,7 @@ the section), `extra` (the method's own constructor keywords) and `estimator_kwa
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Mapping
 
 from jaxrl_reason.knobs import check_known, keyword_knobs, plain, read_section, section_dict
@@ -14,16 +15,18 @@ from jaxrl_reason.methods.cipo import CIPO, CIPOV
 from jaxrl_reason.methods.cure import CURE
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.methods.rlv import RLV
+from jaxrl_reason.methods.vineppo import VinePPO, VinePPOV
 from jaxrl_reason.rl.advantages import ESTIMATORS
 
-METHODS = {"grpo": GRPO, "rlv": RLV, "cure": CURE, "cipo": CIPO, "cipo_v": CIPOV}
+METHODS = {"grpo": GRPO, "rlv": RLV, "cure": CURE, "cipo": CIPO, "cipo_v": CIPOV, "vineppo": VinePPO,
+           "vineppo_v": VinePPOV}
 
 
 @dataclasses.dataclass(frozen=True)
 class MethodConfig:
     """The `method` section of a run config."""
 
-    name: str = "grpo"  # grpo | rlv | cure | cipo | cipo_v (METHODS)
+    name: str = "grpo"  # grpo | rlv | cure | cipo | cipo_v | vineppo | vineppo_v (METHODS)
     estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | grpo_batch_std (rl.advantages.ESTIMATORS)
     estimator_kwargs: Mapping = dataclasses.field(default_factory=dict)  # the estimator's keywords, e.g. {"ddof": 0}
     extra: Mapping = dataclasses.field(default_factory=dict)  # the method's own knobs (method_knobs(name))
@@ -31,8 +34,19 @@ class MethodConfig:
 
 
 def method_knobs(name: str) -> dict:
-    """{knob: default} of method `name`'s own constructor keywords: the valid keys of `method.extra`."""
-    return keyword_knobs(METHODS[name], skip=("estimator", "loss"))
+    """{knob: default} of method `name`'s own constructor keywords: the valid keys of `method.extra`. A union of
+    methods (e.g. `cipo_v`, CIPO + RLV) declares each knob once, in its own class: the constructors along the MRO
+    are read as long as each forwards its **kwargs on (GRPO's are the estimator's, checked separately)."""
+    out: dict = {}
+    for cls in METHODS[name].__mro__:
+        init = vars(cls).get("__init__")
+        if init is None or cls is GRPO:
+            continue
+        for k, v in keyword_knobs(init, skip=("self", "estimator", "loss")).items():
+            out.setdefault(k, v)
+        if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()):
+            break
+    return out
 
 
 def estimator_knobs(estimator: str) -> dict:

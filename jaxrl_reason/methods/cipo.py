@@ -285,23 +285,5 @@ class CIPOV(CIPO, RLV):
 
     name = "cipo_v"
     tasks = ("solve", "verify", "correct")
+    # No constructor of its own: CIPO's forwards what it does not take to RLV's (methods.method_knobs lists both).
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
-                 correction_samples: int = 4, replay_prompts: int = 0, rho_init: float = 0.5, rho_min: float = 0.1,
-                 rho_max: float = 0.9, rho_step: float = 0.05, tau_low: float = 0.6, tau_high: float = 0.9,
-                 delta: float = 0.1, window: int = 8, alpha: float = 2.0, preference: str = "difficulty",
-                 difficulty_floor: float = 0.05, answer_instruction: str = SOLVE_INSTRUCTION,
-                 correct_weight: float = 1.0, correction_max_new_tokens: int = 0,
-                 correction_estimator: str = "grpo_batch_std", verify_weight: float = 1.0,
-                 balance: str = "subsample", max_verify_rows: int = 0, measure_verifier: bool = True,
-                 **estimator_kwargs):
-        """CIPO's knobs and RLV's (verify_weight, balance, max_verify_rows, measure_verifier), spelled out so that
-        each is a valid `method.extra` key."""
-        super().__init__(estimator, loss, correction_samples=correction_samples, replay_prompts=replay_prompts,
-                         rho_init=rho_init, rho_min=rho_min, rho_max=rho_max, rho_step=rho_step, tau_low=tau_low,
-                         tau_high=tau_high, delta=delta, window=window, alpha=alpha, preference=preference,
-                         difficulty_floor=difficulty_floor, answer_instruction=answer_instruction,
-                         correct_weight=correct_weight, correction_max_new_tokens=correction_max_new_tokens,
-                         correction_estimator=correction_estimator, verify_weight=verify_weight, balance=balance,
-                         max_verify_rows=max_verify_rows,
-                         measure_verifier=measure_verifier, **estimator_kwargs)

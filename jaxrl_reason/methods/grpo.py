@@ -52,12 +52,18 @@ def group_advantages(rewards: np.ndarray, estimator: str, **kwargs) -> np.ndarra
 
 def solve_rows(rollouts: Rollouts, advantages: np.ndarray, loss: PolicyLossConfig, *, pad_id: int,
                task: str = "solve") -> tuple[TokenBatch, dict]:
-    """The rollouts as `task` rows with [Q, G] advantages, and metrics, with `loss`'s sampled-row corrections:
-    truncated importance weights folded into per-token advantages (`rl.importance`), DAPO's overlong filter."""
+    """The rollouts as `task` rows with [Q, G] advantages (or a list of float32 [completion length] per-token
+    advantages, one per row: VinePPO), and metrics, with `loss`'s sampled-row corrections: truncated importance
+    weights folded into per-token advantages (`rl.importance`), DAPO's overlong filter."""
     g = rollouts.group_size
     n = len(rollouts.completions)
     prompts = [rollouts.prompts[r // g] for r in range(n)]
-    adv = list(np.asarray(advantages, np.float32).reshape(-1))
+    if isinstance(advantages, (list, tuple)):
+        if len(advantages) != n or any(len(a) != len(c) for a, c in zip(advantages, rollouts.completions)):
+            raise ValueError("solve_rows: per-token advantages need one array per completion, of its length")
+        adv = [np.asarray(a, np.float32) for a in advantages]
+    else:
+        adv = list(np.asarray(advantages, np.float32).reshape(-1))
     metrics: dict = {}
     if rollouts.sampling_logprobs is not None:
         weights, metrics = truncated_is_weights(rollouts.logprobs, rollouts.sampling_logprobs, mode=loss.tis,
