@@ -205,6 +205,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--score-batch-size", type=int, default=32, help="rows per verifier prefill")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--correction-rounds", type=int, default=0,
+                   help="CIPO self-correction rounds on the model's own greedy attempts: the share of wrong attempts "
+                        "fixed and right ones broken per round, with tokens (0 = off)")
     return p
 
 
@@ -215,6 +218,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
     if args.n < 1:
         raise SystemExit(f"--n must be >= 1, got {args.n}")
+    if args.correction_rounds < 0:
+        raise SystemExit(f"--correction-rounds must be >= 0, got {args.correction_rounds}")
     ks = None
     if args.ks:
         try:
@@ -237,6 +242,12 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                        num_subsets=args.num_subsets, normalize=args.normalize, judge=judge,
                        prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
                        progress=not args.no_progress)
+    if args.correction_rounds:
+        from jaxrl_reason.inference.correction import evaluate_correction
+
+        results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=args.correction_rounds,
+                                                    max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                                    batch_size=args.batch_size)
     results["config"].update({"model": args.model, "tokenizer": args.tokenizer or args.model, "data": args.data,
                               "judge": args.judge, "dtype": args.dtype, "wall_seconds": time.time() - start})
     paths = write_outputs(results, args.out)

@@ -190,6 +190,24 @@ def test_cli_end_to_end(tiny_checkpoint, tmp_path):
     assert results["strategies"] == saved["strategies"]
 
 
+def test_cli_correction_rounds(tiny_checkpoint, tmp_path):
+    """--correction-rounds: the model's own attempts corrected R times, each round's accuracy, fix / break rates
+    and cumulative tokens in results.json."""
+    cli = load_cli()
+    model_dir, out = str(tiny_checkpoint / "model"), tmp_path / "eval_correction"
+    cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--n", "2", "--max-new-tokens",
+              "6", "--out", str(out), "--num-subsets", "10", "--no-progress", "--correction-rounds", "2"])
+    c = json.loads((out / "results.json").read_text())["correction"]
+    for t in (1, 2):
+        assert 0.0 <= c[f"correct/round{t}/accuracy"] <= 1.0
+        assert f"correct/round{t}/fix_rate" in c and f"correct/round{t}/break_rate" in c
+    # tokens are cumulative over rounds and each correction round generates at least one token per example
+    assert 0 < c["correct/round1/tokens_per_example"] < c["correct/round2/tokens_per_example"] <= 12
+    with pytest.raises(SystemExit, match="correction-rounds"):
+        cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--out", str(out),
+                  "--correction-rounds", "-1"])
+
+
 @pytest.mark.slow
 def test_evaluate_curves_come_from_its_own_samples(tiny_checkpoint):
     """With a reward that yields real answer classes, evaluate()'s numbers are the estimators applied to the
