@@ -2,40 +2,33 @@
 from __future__ import annotations
 
 from jaxrl_reason.experiment.config import RunConfig
+from jaxrl_reason.experiment.plots import training_curves
+from jaxrl_reason.train.metrics import read_metrics
 
 
 def plot_curves(history_path: str, out_png: str, before: float, after: float) -> None:
-    """Per-step train reward (raw and smoothed), periodic held-out accuracy, and the before/after lines."""
-    import matplotlib
+    """Per-step train reward (raw and smoothed), periodic held-out accuracy, and the before/after lines.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from jaxrl_reason.train.metrics import read_metrics
-
-    rows = [r for r in read_metrics(history_path) if "reward/mean" in r]
-    if not rows:
+    `history_path` is the run's log directory; a run that logged no reward (or nothing) writes no plot.
+    """
+    records = [r for r in read_metrics(history_path) if "reward/mean" in r]
+    if not records:
         return
-    steps = np.array([r["step"] for r in rows])
-    reward = np.array([r["reward/mean"] for r in rows])
-    k = max(1, len(rows) // 20)
-    smooth = np.convolve(reward, np.ones(k) / k, mode="valid")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, reward, alpha=0.3, label="train reward (per step)")
-    ax.plot(steps[k - 1:], smooth, label=f"train reward ({k}-step mean)")
+    k = max(1, len(records) // 20)
+    fig = training_curves(records, "reward/mean", label="train reward", smooth=k)
+    ax = fig.axes[0]
+    evals = [r for r in records if "eval/accuracy" in r]
+    if evals:
+        training_curves(evals, "eval/accuracy", ax=ax, label="held-out accuracy")
     ax.axhline(before, color="gray", ls="--", label=f"held-out acc. before RL ({before:.1%})")
     ax.axhline(after, color="green", ls="--", label=f"held-out acc. after RL ({after:.1%})")
-    evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
-    if evals:
-        ax.plot(*zip(*evals), "o-", label="held-out accuracy")
+    ax.set_title("")
     ax.set_xlabel("RL step")
     ax.set_ylabel("reward / accuracy")
     ax.set_ylim(0, 1)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    fig.set_size_inches(7, 4)
     fig.savefig(out_png, dpi=120)
-    plt.close(fig)
 
 
 def results_table(results: dict, rc: RunConfig) -> str:
