@@ -8,8 +8,17 @@ Samples N solutions per question once, scores them once with the model as its ow
 k = 1, 2, 4, ..., N with the tokens each spends. Writes to --out:
   results.json        every number (config, curves, token costs, verifier quality)
   results.md          the same as a table, one row per strategy, one column per k
-  accuracy_vs_k.png   accuracy against k (log-2 axis), one line per strategy
+  accuracy_vs_k.png   accuracy against k and against tokens generated per question, one line per strategy
   samples.jsonl       per question: completions, extracted answers, classes, correctness, scores
+
+Strategies that spend tokens differently each take a flag and add a section of rows {..., acc, tokens} (tokens:
+mean generated per question, cumulative over rounds) to the same JSON, table and plot:
+  --refine-rounds R                CURE self-refinement from each question's first pool sample: per-round
+                                   accuracy, tokens, verdict P/R/F1 (wrong = positive), well-formed critiques,
+                                   majority voting at the same tokens
+  --length-budgets B1,B2 --tau T   confidence-based length selection (fresh N samples per budget)
+  --budget-forcing K1,K2           budget forcing at total budgets K (buffer --forcing-buffer)
+  --correction-rounds R            CIPO self-correction of the model's own greedy attempts
 
 --data takes a local dataset file (.jsonl / .parquet / save_to_disk dir; see data.datasets.load_examples) or a
 generator spec:
@@ -36,7 +45,7 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate  # noqa: E402
 
-__all__ = ["evaluate", "load_data", "markdown_table", "plot_curves", "write_outputs", "main"]
+__all__ = ["evaluate", "load_data", "markdown_table", "plot_curves", "strategy_curves", "write_outputs", "main"]
 
 
 def load_data(spec: str, limit: Optional[int] = None) -> list:
@@ -129,38 +138,90 @@ def markdown_table(results: dict) -> str:
         for name, value in bon.items():
             lines.append(f"| {name} | {fmt(value)} | {fmt(chance['accuracy'])} | "
                          f"{'yes' if value > chance['accuracy'] else 'no'} |")
+    lines += _strategy_sections(results)
     return "\n".join(lines) + "\n"
 
 
+def _strategy_sections(results: dict) -> list:
+    """Markdown for the token-spending strategies present in `results` (refinement, length selection, forcing)."""
+    from jaxrl_reason.experiment.plots import format_table
+
+    lines = []
+    if "refinement" in results:
+        r = results["refinement"]
+        rows = [dict(row, **{k: row.get(k, "") for k in ("verdict_precision", "verdict_recall", "verdict_f1",
+                                                          "well_formed", "critiqued")}) for row in r["rows"]]
+        cols = ["round", "acc", "tokens", "verdict_precision", "verdict_recall", "verdict_f1", "well_formed",
+                "critiqued"] + (["majority_same_tokens", "majority_k", "majority_capped"] if "majority_same_tokens" in rows[0] else [])
+        v = r["verdict"]
+        lines += ["", f"## Self-refinement ({r['config']['rounds']} rounds, verdict generated; round 0 = "
+                      f"{r['config']['round0']})", "",
+                  "tokens: generated per question up to and including the round (critiques and re-solves); "
+                  "verdict scores: wrong solution = positive; majority_same_tokens: maj@k over the pool at the "
+                  "same tokens (k = majority_k, interpolated).", "", format_table(rows, cols), "",
+                  f"Pooled verdicts: precision {v['precision']:.3f}, recall {v['recall']:.3f}, F1 {v['f1']:.3f} "
+                  f"over {v['critiqued']} critiques; {r['well_formed']:.3f} well-formed; {r['settled']:.3f} of "
+                  "questions settled by a no-error verdict."]
+    if "length_selection" in results:
+        ls = results["length_selection"]
+        sel = ls["selection"]
+        lines += ["", f"## Confidence-based length selection (tau = {sel['tau']})", "",
+                  "Each budget alone (fresh samples; acc = weighted@N):", "",
+                  format_table(ls["rows"], ["budget", "acc", "majority", "tokens"]), "",
+                  f"Selection: accuracy {sel['acc']:.4f} at {sel['tokens']:.0f} tokens per question (every budget "
+                  f"tried up to the chosen one); tau reached on {sel['reached']:.3f} of questions; chosen "
+                  f"budgets {sel['chosen']}."]
+    if "budget_forcing" in results:
+        bf = results["budget_forcing"]
+        lines += ["", f"## Budget forcing (buffer {bf['config']['buffer']}, N = {bf['config']['n']})", "",
+                  format_table(bf["rows"], ["budget", "acc", "majority", "weighted", "tokens", "forced"])]
+    return lines
+
+
+def strategy_curves(results: dict) -> dict:
+    """{name: [{"k"?, "tokens", "acc", "lo"?, "hi"?}]} for `plots.test_time_curves`: every vote at every k (± its
+    std), and the token-spending strategies present (refinement rounds, length budgets, forced budgets)."""
+    mean_len = results["mean_completion_tokens"]
+    curves = {}
+    for name, c in results["strategies"].items():
+        pts = []
+        for j, k in enumerate(results["ks"]):
+            p = {"k": k, "tokens": k * mean_len, "acc": c["mean"][j]}
+            if c["std"] is not None:
+                p.update(lo=c["mean"][j] - c["std"][j], hi=c["mean"][j] + c["std"][j])
+            pts.append(p)
+        curves[STRATEGY_LABELS.get(name, name)] = pts
+    if "refinement" in results:
+        curves["self-refinement"] = [{"k": r["round"] + 1, "tokens": r["tokens"], "acc": r["acc"]}
+                                     for r in results["refinement"]["rows"]]
+    if "length_selection" in results:
+        sel = results["length_selection"]["selection"]
+        curves[f"length selection (tau={sel['tau']})"] = [{"tokens": sel["tokens"], "acc": sel["acc"]}]
+        curves["weighted@N per budget"] = [{"tokens": r["tokens"], "acc": r["acc"]}
+                                           for r in results["length_selection"]["rows"]]
+    if "budget_forcing" in results:
+        curves["budget forcing (maj@N)"] = [{"tokens": r["tokens"], "acc": r["majority"]}
+                                            for r in results["budget_forcing"]["rows"]]
+    return {name: [p for p in pts if p["tokens"] > 0] for name, pts in curves.items()}
+
+
 def plot_curves(results: dict, path: str | os.PathLike) -> None:
-    """Accuracy against k on a log-2 axis, one line per strategy (bands: ± std where available)."""
-    import matplotlib
+    """Two panels through `experiment.plots.test_time_curves`: the votes against k, and every strategy against
+    tokens generated per question (bands: ± std where the estimator has one)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    from jaxrl_reason.experiment.plots import test_time_curves
 
-    ks = np.asarray(results["ks"])
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for name, curve in results["strategies"].items():
-        mean = np.asarray(curve["mean"])
-        line, = ax.plot(ks, mean, marker="o", label=STRATEGY_LABELS.get(name, name))
-        if curve["std"] is not None:
-            std = np.asarray(curve["std"])
-            ax.fill_between(ks, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ks)
-    ax.set_xticklabels([str(k) for k in ks])
-    top = max(max(c["mean"]) for c in results["strategies"].values())
-    ax.set_ylim(0.0, min(1.0, top + 0.05) if top > 0 else 0.05)
-    ax.set_xlabel("number of samples k")
-    ax.set_ylabel("accuracy")
-    ax.set_title(f"{results['num_questions']} questions, N = {results['n']}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    curves = strategy_curves(results)
+    by_k = {name: pts for name, pts in curves.items() if pts and all("k" in p for p in pts)
+            and name != "self-refinement"}
+    fig = Figure(figsize=(12, 4.4), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    title = f"{results['num_questions']} questions, N = {results['n']}"
+    test_time_curves(by_k, x="k", ax=left, title=title)
+    test_time_curves({n: p for n, p in curves.items() if p}, x="tokens", ax=right,
+                     title="accuracy per token generated")
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def write_outputs(results: dict, out_dir: str | os.PathLike) -> dict:
@@ -208,7 +269,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--correction-rounds", type=int, default=0,
                    help="CIPO self-correction rounds on the model's own greedy attempts: the share of wrong attempts "
                         "fixed and right ones broken per round, with tokens (0 = off)")
+    p.add_argument("--refine-rounds", type=int, default=0,
+                   help="CURE self-refinement rounds (critique, then re-solve from the hint unless the verdict says "
+                        "no error) from each question's first pool sample (0 = off)")
+    p.add_argument("--refine-temperature", type=float,
+                   help="sampling temperature of the critiques and re-solves (default: --temperature)")
+    p.add_argument("--critique-max-new-tokens", type=int, help="critique budget (default: --max-new-tokens)")
+    p.add_argument("--length-budgets",
+                   help="comma-separated increasing token budgets for confidence-based length selection, e.g. "
+                        "1024,2048,4096 (N fresh samples per budget)")
+    p.add_argument("--tau", type=float, default=0.8,
+                   help="length selection stops at the first budget whose weighted-vote winner holds >= tau of the "
+                        "total verifier score (default 0.8)")
+    p.add_argument("--budget-forcing", help="comma-separated total budgets k for budget forcing, e.g. 512,1024")
+    p.add_argument("--forcing-buffer", type=int, default=64,
+                   help="budget forcing's buffer b: sample k - b tokens, then conclude within b (default 64)")
     return p
+
+
+def _int_list(flag: str, text: str) -> list:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise SystemExit(f"{flag} needs at least one positive integer, got {text!r}")
+    return values
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
@@ -218,14 +304,19 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
     if args.n < 1:
         raise SystemExit(f"--n must be >= 1, got {args.n}")
-    if args.correction_rounds < 0:
-        raise SystemExit(f"--correction-rounds must be >= 0, got {args.correction_rounds}")
-    ks = None
-    if args.ks:
-        try:
-            ks = [int(k) for k in args.ks.split(",") if k.strip()]
-        except ValueError:
-            raise SystemExit(f"--ks must be comma-separated integers, got {args.ks!r}") from None
+    for flag in ("correction_rounds", "refine_rounds"):
+        if getattr(args, flag) < 0:
+            raise SystemExit(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    ks = _int_list("--ks", args.ks) if args.ks else None
+    budgets = _int_list("--length-budgets", args.length_budgets) if args.length_budgets else None
+    if budgets and (budgets != sorted(budgets) or len(set(budgets)) != len(budgets)):
+        raise SystemExit(f"--length-budgets must be strictly increasing, got {args.length_budgets!r}")
+    if not 0.0 <= args.tau <= 1.0:
+        raise SystemExit(f"--tau must be in [0, 1], got {args.tau}")
+    forcing = _int_list("--budget-forcing", args.budget_forcing) if args.budget_forcing else None
+    if forcing and min(forcing) <= args.forcing_buffer:
+        raise SystemExit(f"--budget-forcing budgets must exceed --forcing-buffer={args.forcing_buffer}, got "
+                         f"{args.budget_forcing!r}")
     start = time.time()
     examples = load_data(args.data, args.limit)
     model = load_pretrained(args.model, args.dtype)
@@ -237,11 +328,41 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     if args.judge:
         judge = (load_pretrained(args.judge, args.dtype),
                  Tokenizer.from_pretrained(args.judge_tokenizer or args.judge))
+    sampling = dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
     results = evaluate(model, tokenizer, examples, n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, ks=ks,
-                       num_subsets=args.num_subsets, normalize=args.normalize, judge=judge,
+                       ks=ks, num_subsets=args.num_subsets, normalize=args.normalize, judge=judge,
                        prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, **sampling)
+    if args.refine_rounds or budgets or forcing:
+        from jaxrl_reason.inference import strategies
+        from jaxrl_reason.inference.test_time import default_reward
+
+    if args.refine_rounds:
+        pool = results["samples"]
+        # Round 0 is each question's first pool sample, so refinement and voting start from the same samples.
+        results["refinement"] = strategies.evaluate_refinement(
+            model, tokenizer, examples, default_reward, rounds=args.refine_rounds,
+            max_new_tokens=args.max_new_tokens, critique_max_new_tokens=args.critique_max_new_tokens,
+            initial=[r["completions"][0] for r in pool], initial_tokens=[r["lengths"][0] for r in pool],
+            pool_classes=[r["classes"] for r in pool], pool_correct=[r["correct"] for r in pool],
+            tokens_per_sample=results["mean_completion_tokens"],
+            temperature=args.temperature if args.refine_temperature is None else args.refine_temperature,
+            top_p=args.top_p, top_k=args.top_k, seed=args.seed, batch_size=args.batch_size,
+            num_subsets=args.num_subsets)
+    if budgets:
+        # The main pool serves the budget equal to --max-new-tokens; other budgets draw fresh samples.
+        pools = [results if b == args.max_new_tokens else
+                 evaluate(model, tokenizer, examples, n=args.n, max_new_tokens=b, seed=args.seed + 1 + j,
+                          ks=[args.n], num_subsets=args.num_subsets, normalize=args.normalize,
+                          prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
+                          progress=not args.no_progress, **sampling)
+                 for j, b in enumerate(budgets)]
+        results["length_selection"] = strategies.length_selection(pools, args.tau)
+    if forcing:
+        results["budget_forcing"] = strategies.forced_budgets(
+            model, tokenizer, examples, default_reward, budgets=forcing, buffer=args.forcing_buffer, n=args.n,
+            seed=args.seed, batch_size=args.batch_size, score_batch_size=args.score_batch_size,
+            normalize=args.normalize, **sampling)
     if args.correction_rounds:
         from jaxrl_reason.inference.correction import evaluate_correction
 

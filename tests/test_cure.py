@@ -560,6 +560,22 @@ def test_self_refine_stops_on_no_error_and_fixes_the_rest(tokenizer):
     assert s["refine/round3/tokens_per_example"] == s["refine/round2/tokens_per_example"]
 
 
+def test_self_refine_from_given_first_solutions_does_not_solve_again(tokenizer):
+    # Round 0 handed in (an evaluation pool's first samples): no solve call, its tokens are the given counts.
+    ex = [_Ex(f"QUESTION[{i}]", str(i)) for i in range(2)]
+    critic = lambda q, attempt: _critique("wrong" in attempt)
+    gen, calls = scripted_generate(tokenizer, solve=lambda q: "unused", critic=critic)
+    res = self_refine(None, tokenizer, ex, _ok, rounds=2, max_new_tokens=40, generate=gen,
+                      initial=["ANSWER 0", "ANSWER wrong"], initial_tokens=[5, 9])
+    assert not any(kind == "solve" for kind, _ in calls)
+    assert res.tokens[0].tolist() == [5, 9] and res.correct[0].tolist() == [True, False]
+    assert res.stopped.tolist() == [1, 2] and res.accuracy.tolist() == [0.5, 1.0, 1.0]
+    # the scripted error critique quotes "x", shorter than a quote may be: not well-formed
+    assert res.well_formed[0].tolist() == [True, False] and res.well_formed_share() == pytest.approx(2 / 3)  # 3 critiques, 1 bad
+    with pytest.raises(ValueError, match="one each"):
+        self_refine(None, tokenizer, ex, _ok, rounds=1, max_new_tokens=40, generate=gen, initial=["only one"])
+
+
 def test_self_refine_trusts_a_lying_critic_and_scores_it(tokenizer):
     ex = [_Ex(f"QUESTION[{i}]", str(i)) for i in range(4)]
     solve = lambda q: "ANSWER wrong" if q in ("0", "1") else f"ANSWER {q}"

@@ -250,3 +250,96 @@ def test_evaluate_curves_come_from_its_own_samples(tiny_checkpoint):
                                              for s, c in res["strategies"].items()})
     chance_part = load_cli().markdown_table(short).split("reads nothing")[1]
     assert "k = 4 is not among the evaluated ks" in chance_part and "| self | " not in chance_part
+
+
+# ------------------------------------------------------------------------ strategies that spend tokens differently
+def test_majority_at_tokens_interpolates_between_integer_k():
+    from jaxrl_reason.inference.strategies import majority_at_tokens
+
+    # one question, 4 samples: answers a a b c, only a right. maj@1 = 1/2, maj@2 = P(an a-pair or a tie won by a)
+    classes, correct = np.array([[0, 0, 1, 2]]), np.array([[1, 1, 0, 0]])
+    m1 = est.majority_at_k(classes[0], correct[0], 1).mean
+    m2 = est.majority_at_k(classes[0], correct[0], 2).mean
+    m = majority_at_tokens(classes, correct, tokens=15.0, tokens_per_sample=10.0)
+    assert m["k"] == pytest.approx(1.5) and not m["capped"]
+    assert m["acc"] == pytest.approx(0.5 * m1 + 0.5 * m2) and m["tokens"] == pytest.approx(15.0)
+    capped = majority_at_tokens(classes, correct, tokens=100.0, tokens_per_sample=10.0)
+    assert capped["capped"] and capped["k_used"] == 4 and capped["acc"] == pytest.approx(1.0)
+    # fewer tokens than one sample still costs one sample
+    assert majority_at_tokens(classes, correct, tokens=3.0, tokens_per_sample=10.0)["acc"] == pytest.approx(m1)
+
+
+def test_length_selection_over_pools_stops_at_the_first_confident_budget():
+    from jaxrl_reason.inference.strategies import length_selection
+
+    def pool(budget, answers_scores_correct, length):
+        samples = [{"answers": [a for a, _, _ in q], "scores": {"self": [s for _, s, _ in q]},
+                    "correct": [c for _, _, c in q], "classes": [ord(a) - ord("a") for a, _, _ in q],
+                    "lengths": [length] * len(q)} for q in answers_scores_correct]
+        return {"config": {"max_new_tokens": budget}, "num_questions": len(samples), "n": 2, "samples": samples}
+
+    # question 0 is confident (one answer) at the short budget; question 1 only at the long one.
+    short = pool(4, [[("a", 0.9, 1), ("a", 0.8, 1)], [("a", 0.5, 0), ("b", 0.5, 1)]], 3)
+    long = pool(8, [[("a", 0.9, 1), ("b", 0.1, 0)], [("b", 0.9, 1), ("b", 0.9, 1)]], 7)
+    res = length_selection([short, long], tau=0.75)
+    sel = res["selection"]
+    assert sel["chosen"] == {"4": 1, "8": 1} and sel["reached"] == 1.0 and sel["acc"] == 1.0
+    # q0 stops after the short budget (2 x 3 tokens), q1 pays for both (6 + 14)
+    assert sel["tokens"] == pytest.approx((6 + 20) / 2)
+    assert [r["budget"] for r in res["rows"]] == [4, 8] and res["rows"][0]["tokens"] == pytest.approx(6)
+    assert res["rows"][1]["acc"] == pytest.approx(1.0)  # weighted@2 at the long budget: a (0.9) beats b (0.1)
+
+
+def test_cli_token_spending_strategies(tiny_checkpoint, tmp_path):
+    """--refine-rounds, --length-budgets / --tau and --budget-forcing end to end on a tiny model: each adds its
+    section of {acc, tokens} rows to results.json, the table and the plot's curves."""
+    cli = load_cli()
+    model_dir, out = str(tiny_checkpoint / "model"), tmp_path / "eval_strategies"
+    res = cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--n", "4",
+                    "--max-new-tokens", "8", "--out", str(out), "--num-subsets", "20", "--no-progress",
+                    "--refine-rounds", "2", "--critique-max-new-tokens", "8",
+                    "--length-budgets", "4,8", "--tau", "0.6",
+                    "--budget-forcing", "24", "--forcing-buffer", "20"])
+    saved = json.loads((out / "results.json").read_text())
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+    ref = saved["refinement"]
+    rows = ref["rows"]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    # round 0 is the pool's first sample of each question: its accuracy and tokens are the pool's
+    assert rows[0]["acc"] == pytest.approx(np.mean([s["correct"][0] > 0.5 for s in samples]))
+    assert rows[0]["tokens"] == pytest.approx(np.mean([s["lengths"][0] for s in samples]))
+    assert all(a["tokens"] <= b["tokens"] for a, b in zip(rows, rows[1:]))  # cumulative
+    assert rows[1]["tokens"] > rows[0]["tokens"]  # round 1 critiqued every question (none settled before it)
+    assert rows[1]["critiqued"] == 3 and 0.0 <= rows[1]["well_formed"] <= 1.0
+    for r in rows[1:]:
+        assert {"verdict_precision", "verdict_recall", "verdict_f1"} <= set(r)
+    for r in rows:
+        assert 0.0 <= r["majority_same_tokens"] <= 1.0 and r["majority_k"] >= 1
+    assert set(ref["verdict"]) >= {"precision", "recall", "f1"}
+
+    ls = saved["length_selection"]
+    assert [r["budget"] for r in ls["rows"]] == [4, 8]
+    assert 0 < ls["rows"][0]["tokens"] <= 4 * 4 and 0 < ls["rows"][1]["tokens"] <= 4 * 8
+    # the budget equal to --max-new-tokens is served by the main pool
+    assert ls["rows"][1]["tokens"] == pytest.approx(4 * saved["mean_completion_tokens"])
+    sel = ls["selection"]
+    assert sum(sel["chosen"].values()) == 3 and sel["tau"] == 0.6
+    assert ls["rows"][0]["tokens"] - 1e-9 <= sel["tokens"] <= ls["rows"][0]["tokens"] + ls["rows"][1]["tokens"] + 1e-9
+
+    bf = saved["budget_forcing"]["rows"]
+    assert [r["budget"] for r in bf] == [24] and 0 < bf[0]["tokens"] <= 4 * 24
+    assert 0.0 <= bf[0]["forced"] <= 1.0 and {"acc", "majority", "weighted"} <= set(bf[0])
+
+    table = (out / "results.md").read_text()
+    for title in ("## Self-refinement", "## Confidence-based length selection", "## Budget forcing"):
+        assert title in table
+    curves = cli.strategy_curves(res)
+    assert {"self-refinement", "length selection (tau=0.6)", "budget forcing (maj@N)", "maj@k"} <= set(curves)
+    assert (out / "accuracy_vs_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit, match="strictly increasing"):
+        cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--out", str(out),
+                  "--length-budgets", "8,4"])
+    with pytest.raises(SystemExit, match="forcing-buffer"):
+        cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--out", str(out),
+                  "--budget-forcing", "16", "--forcing-buffer", "16"])

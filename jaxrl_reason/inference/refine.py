@@ -39,6 +39,8 @@ class RefineResult(NamedTuple):
     stopped:   int64 [N]         the round whose critique said no error; -1 if none did
     solutions: [N] the standing solution texts after the last round
     critiques: [N] the last critique text of each example ("" if never critiqued)
+    well_formed: bool [T, N] round t + 1's critique parsed with every field and no format error (False where
+                 not critiqued)
     """
 
     correct: np.ndarray
@@ -47,6 +49,7 @@ class RefineResult(NamedTuple):
     stopped: np.ndarray
     solutions: list
     critiques: list
+    well_formed: np.ndarray
 
     @property
     def accuracy(self) -> np.ndarray:
@@ -70,6 +73,13 @@ class RefineResult(NamedTuple):
         return verdict_scores(np.concatenate(pred) if pred else np.zeros(0, bool),
                               np.concatenate(truth) if truth else np.zeros(0, bool))
 
+    def well_formed_share(self, round_index: Optional[int] = None) -> float:
+        """Share of the critiques written in round `round_index` (1-based; default: all rounds) that are
+        well-formed; 0.0 when none was written."""
+        rounds = slice(None) if round_index is None else slice(round_index - 1, round_index)
+        seen = self.verdicts[rounds] != NOT_CRITIQUED
+        return float(self.well_formed[rounds][seen].mean()) if seen.any() else 0.0
+
     def summary(self) -> dict:
         """Flat dict for logging: accuracy and cumulative tokens per round, per-round and pooled verdict F1."""
         out = {}
@@ -79,8 +89,10 @@ class RefineResult(NamedTuple):
             if t:
                 out[f"refine/round{t}/critiqued"] = int(np.sum(self.verdicts[t - 1] != NOT_CRITIQUED))
                 out[f"refine/round{t}/verdict_f1"] = self.verdict_metrics(t)["f1"]
+                out[f"refine/round{t}/well_formed"] = self.well_formed_share(t)
         pooled = self.verdict_metrics()
         out.update({f"refine/verdict_{k}": v for k, v in pooled.items()})
+        out["refine/well_formed"] = self.well_formed_share()
         out["refine/settled_frac"] = float(np.mean(self.stopped >= 0))
         return out
 
@@ -142,13 +154,17 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                 max_new_tokens: int, critique_max_new_tokens: Optional[int] = None, params=None,
                 temperature: float = 0.0, seed: int = 0, batch_size: int = 64,
                 generate: Optional[Generate] = None, prompt_fn: Callable[[str], str] = solve_prompt,
-                min_hint_words: int = 10) -> RefineResult:
+                min_hint_words: int = 10, initial: Optional[Sequence[str]] = None,
+                initial_tokens: Optional[Sequence[int]] = None) -> RefineResult:
     """Solve, then up to `rounds` rounds of self-critique and guided re-solving (see the module docstring).
 
     examples:  objects with `.question` (and whatever `reward_fn` reads, e.g. `.answer`)
     reward_fn: (texts, examples) -> RewardResult; a score > 0.5 is correct
     generate:  overrides the model (then `model` may be None); default `make_generate(model, tokenizer, ...)`
     critique_max_new_tokens: default `max_new_tokens`
+    initial:   [N] round 0's solution texts, already sampled (e.g. one sample per question of an evaluation
+               pool, so refinement and voting start from the same samples); default: generate them.
+    initial_tokens: [N] the tokens generating `initial` took, round 0's cost (default: their encoded lengths).
     """
     if rounds < 0:
         raise ValueError(f"self_refine: rounds must be >= 0, got {rounds}")
@@ -170,10 +186,20 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
     verdicts = np.full((rounds, n), NOT_CRITIQUED, np.int8)
     stopped = np.full((n,), -1, np.int64)
     critiques = [""] * n
+    well_formed = np.zeros((rounds, n), bool)
 
-    ids = generate(render([prompt_fn(q) for q in questions]), max_new_tokens=max_new_tokens)
-    solutions = _decode(tokenizer, ids)
-    tokens[0] = [len(x) for x in ids]
+    if initial is not None:
+        if len(initial) != n or (initial_tokens is not None and len(initial_tokens) != n):
+            raise ValueError(f"self_refine: initial / initial_tokens hold {len(initial)} / "
+                             f"{len(initial_tokens) if initial_tokens is not None else '-'} entries for {n} "
+                             "examples; give one each")
+        solutions = list(initial)
+        tokens[0] = (initial_tokens if initial_tokens is not None
+                     else [len(tokenizer.encode(t)) for t in solutions])
+    else:
+        ids = generate(render([prompt_fn(q) for q in questions]), max_new_tokens=max_new_tokens)
+        solutions = _decode(tokenizer, ids)
+        tokens[0] = [len(x) for x in ids]
     correct[0] = _scores(reward_fn, solutions, examples)
 
     for t in range(1, rounds + 1):
@@ -191,6 +217,7 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
             critiques[i] = c_text
             v = VERDICT_UNPARSED if p.error_found is None else (VERDICT_ERROR if p.error_found else VERDICT_NO_ERROR)
             verdicts[t - 1, i] = v
+            well_formed[t - 1, i] = p.error_found is not None and not p.format_errors
             if v == VERDICT_NO_ERROR:
                 stopped[i] = t
             else:
@@ -204,4 +231,4 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
             tokens[t, i] += len(ids_i)
             solutions[i] = text
             correct[t, i] = ok
-    return RefineResult(correct, tokens, verdicts, stopped, solutions, critiques)
+    return RefineResult(correct, tokens, verdicts, stopped, solutions, critiques, well_formed)
