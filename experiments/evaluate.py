@@ -45,7 +45,8 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate  # noqa: E402
 
-__all__ = ["evaluate", "load_data", "markdown_table", "plot_curves", "strategy_curves", "write_outputs", "main"]
+__all__ = ["answer_reward", "evaluate", "load_data", "markdown_table", "plot_curves", "strategy_curves",
+           "write_outputs", "main"]
 
 
 def load_data(spec: str, limit: Optional[int] = None) -> list:
@@ -152,7 +153,9 @@ def _strategy_sections(results: dict) -> list:
         rows = [dict(row, **{k: row.get(k, "") for k in ("verdict_precision", "verdict_recall", "verdict_f1",
                                                           "well_formed", "critiqued")}) for row in r["rows"]]
         cols = ["round", "acc", "tokens", "verdict_precision", "verdict_recall", "verdict_f1", "well_formed",
-                "critiqued"] + (["majority_same_tokens", "majority_k", "majority_capped"] if "majority_same_tokens" in rows[0] else [])
+                "critiqued"]
+        if "majority_same_tokens" in rows[0]:
+            cols += ["majority_same_tokens", "majority_k", "majority_capped"]
         v = r["verdict"]
         lines += ["", f"## Self-refinement ({r['config']['rounds']} rounds, verdict generated; round 0 = "
                       f"{r['config']['round0']})", "",
@@ -240,6 +243,26 @@ def write_outputs(results: dict, out_dir: str | os.PathLike) -> dict:
     return paths
 
 
+def answer_reward(extraction: str = "boxed"):
+    """(completions, examples) -> RewardResult: reasoning-gym examples by their task's scorer, the rest by math
+    equivalence of the answer `extraction` finds (boxed: the last \\boxed{}; boxed_or_last_number: else the
+    last number written, the GSM8K "flexible" grading) with `example.answer`."""
+    from jaxrl_reason.inference.test_time import default_reward
+    from jaxrl_reason.rewards.math import ANSWER_EXTRACTIONS, math_reward
+
+    if extraction not in ANSWER_EXTRACTIONS:
+        raise SystemExit(f"--answer-extraction must be one of {ANSWER_EXTRACTIONS}, got {extraction!r}")
+    if extraction == "boxed":
+        return default_reward
+
+    def reward(completions, examples):
+        if examples and all(getattr(e, "meta", {}).get("source") == "reasoning_gym" for e in examples):
+            return default_reward(completions, examples)
+        return math_reward(list(completions), [e.answer for e in examples], extraction=extraction)
+
+    return reward
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -261,6 +284,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="score = P(Yes)/(P(Yes)+P(No)) instead of P(Yes)")
     p.add_argument("--judge", help="second model directory, used as an LLM-as-a-judge verifier")
     p.add_argument("--judge-tokenizer", help="tokenizer of --judge (default: --judge)")
+    p.add_argument("--answer-extraction", default="boxed",
+                   help="boxed (strict: the last \\boxed{}) or boxed_or_last_number (else the last number written)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
     p.add_argument("--batch-size", type=int, default=8, help="questions per sampler call")
     p.add_argument("--score-batch-size", type=int, default=32, help="rows per verifier prefill")
@@ -329,19 +354,20 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         judge = (load_pretrained(args.judge, args.dtype),
                  Tokenizer.from_pretrained(args.judge_tokenizer or args.judge))
     sampling = dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
+    reward_fn = answer_reward(args.answer_extraction)
     results = evaluate(model, tokenizer, examples, n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                       ks=ks, num_subsets=args.num_subsets, normalize=args.normalize, judge=judge,
+                       reward_fn=reward_fn, ks=ks, num_subsets=args.num_subsets, normalize=args.normalize,
+                       judge=judge,
                        prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
                        progress=not args.no_progress, **sampling)
     if args.refine_rounds or budgets or forcing:
         from jaxrl_reason.inference import strategies
-        from jaxrl_reason.inference.test_time import default_reward
 
     if args.refine_rounds:
         pool = results["samples"]
         # Round 0 is each question's first pool sample, so refinement and voting start from the same samples.
         results["refinement"] = strategies.evaluate_refinement(
-            model, tokenizer, examples, default_reward, rounds=args.refine_rounds,
+            model, tokenizer, examples, reward_fn, rounds=args.refine_rounds,
             max_new_tokens=args.max_new_tokens, critique_max_new_tokens=args.critique_max_new_tokens,
             initial=[r["completions"][0] for r in pool], initial_tokens=[r["lengths"][0] for r in pool],
             pool_classes=[r["classes"] for r in pool], pool_correct=[r["correct"] for r in pool],
@@ -353,20 +379,22 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         # The main pool serves the budget equal to --max-new-tokens; other budgets draw fresh samples.
         pools = [results if b == args.max_new_tokens else
                  evaluate(model, tokenizer, examples, n=args.n, max_new_tokens=b, seed=args.seed + 1 + j,
-                          ks=[args.n], num_subsets=args.num_subsets, normalize=args.normalize,
+                          reward_fn=reward_fn, ks=[args.n], num_subsets=args.num_subsets,
+                          normalize=args.normalize,
                           prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
                           progress=not args.no_progress, **sampling)
                  for j, b in enumerate(budgets)]
         results["length_selection"] = strategies.length_selection(pools, args.tau)
     if forcing:
         results["budget_forcing"] = strategies.forced_budgets(
-            model, tokenizer, examples, default_reward, budgets=forcing, buffer=args.forcing_buffer, n=args.n,
+            model, tokenizer, examples, reward_fn, budgets=forcing, buffer=args.forcing_buffer, n=args.n,
             seed=args.seed, batch_size=args.batch_size, score_batch_size=args.score_batch_size,
             normalize=args.normalize, **sampling)
     if args.correction_rounds:
         from jaxrl_reason.inference.correction import evaluate_correction
 
         results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=args.correction_rounds,
+                                                    reward_fn=reward_fn,
                                                     max_new_tokens=args.max_new_tokens, seed=args.seed,
                                                     batch_size=args.batch_size)
     results["config"].update({"model": args.model, "tokenizer": args.tokenizer or args.model, "data": args.data,

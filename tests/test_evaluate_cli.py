@@ -343,3 +343,14 @@ def test_cli_token_spending_strategies(tiny_checkpoint, tmp_path):
     with pytest.raises(SystemExit, match="forcing-buffer"):
         cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--out", str(out),
                   "--budget-forcing", "16", "--forcing-buffer", "16"])
+
+
+def test_answer_extraction_flag_grades_the_last_number_only_when_asked():
+    cli = load_cli()
+    ex = arithmetic_examples(1, seed=0)
+    texts = [f"so the answer is {ex[0].answer}", f"\\boxed{{{ex[0].answer}}}"]
+    strict = cli.answer_reward("boxed")(texts, ex * 2).scores
+    flexible = cli.answer_reward("boxed_or_last_number")(texts, ex * 2).scores
+    assert list(strict) == [0.0, 1.0] and list(flexible) == [1.0, 1.0]
+    with pytest.raises(SystemExit, match="answer-extraction"):
+        cli.answer_reward("last_line")

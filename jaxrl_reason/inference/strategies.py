@@ -91,8 +91,8 @@ def evaluate_refinement(model, tokenizer, examples: Sequence[Any], reward_fn: Ca
     """`self_refine` for `rounds` rounds (verdict generated, not forced), then `refinement_report`.
 
     initial / initial_tokens: round 0's solution texts and their generated token counts, e.g. the first sample of
-    each question of an evaluation pool; pool_*: that pool's [Q, N] classes / correctness and mean tokens per sample, for majority
-    voting at the same tokens."""
+    each question of an evaluation pool; pool_*: that pool's [Q, N] classes / correctness and mean tokens per
+    sample, for majority voting at the same tokens."""
     generate = make_generate(model, tokenizer, params=params, temperature=temperature, top_p=top_p, top_k=top_k,
                              seed=seed, batch_size=batch_size)
     res = self_refine(model, tokenizer, examples, reward_fn, rounds=rounds, max_new_tokens=max_new_tokens,
