@@ -120,6 +120,22 @@ def test_short_hint_is_penalised_for_every_critique():
     assert critique_format_penalty(parse_critique(long)) == 0.0
 
 
+def test_a_critique_that_copies_the_prompt_template_back_is_not_well_formed():
+    # What SmolLM2-135M-Instruct writes when its reply is primed with "ERROR_FOUND:" (docs/results/
+    # smollm2_critique.md): the field list of the prompt, copied. It names no verdict and critiques nothing.
+    echo = critique_prompt(Q, SOL).split("each starting on its own line:\n")[1]
+    c = parse_critique(echo)
+    assert c.error_found is None
+    assert c.format_errors == ("template ERROR_QUOTE", "template WHY_IT_MATTERS", "template HIGH_LEVEL_HINT",
+                               "bad ERROR_FOUND value")
+    assert critique_format_penalty(c) == pytest.approx(-0.75)
+    # a real verdict followed by a copied hint: the verdict stands, the hint is penalised
+    one = parse_critique(GOOD.split("HIGH_LEVEL_HINT:")[0] + "HIGH_LEVEL_HINT: " + echo.split("HIGH_LEVEL_HINT: ")[1])
+    assert one.error_found is True and one.format_errors == ("template HIGH_LEVEL_HINT",)
+    assert critique_format_penalty(one) == pytest.approx(-0.25)
+    assert parse_critique("ERROR_FOUND: False or true\n").error_found is None
+
+
 def test_quote_under_five_characters_is_empty_when_an_error_is_claimed():
     rest = "\nWHY_IT_MATTERS: the carry\nHIGH_LEVEL_HINT: " + GOOD.split("HIGH_LEVEL_HINT: ")[1]
     c = parse_critique("ERROR_FOUND: true\nERROR_QUOTE: 3+4" + rest)

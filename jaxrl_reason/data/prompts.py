@@ -60,19 +60,26 @@ def verify_prompt(question: str, solution: str) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 # CURE: critique and guided re-exploration (METHODS §3)
 # ----------------------------------------------------------------------------------------------------------------
+# What the critique prompt asks for in each field; a reply that copies one back is not a critique (parse_critique).
+CRITIQUE_FIELD_DESCRIPTIONS = {
+    "ERROR_FOUND": "true or false",
+    "ERROR_QUOTE": "the shortest snippet of the solution that contains the error (none if there is no error)",
+    "WHY_IT_MATTERS": "why this error changes the final answer (none if there is no error)",
+    "HIGH_LEVEL_HINT": "a strategy for solving the problem correctly; not the next step and not the answer",
+}
+
+
 def critique_prompt(question: str, solution: str) -> str:
     """Asks for the earliest answer-changing error in `solution`, in the four CRITIQUE_FIELDS, one per line."""
     q = _text(question, "question", "critique_prompt")
     s = _text(solution, "solution", "critique_prompt", model_output=True)
+    fields = "\n".join(f"{f}: {CRITIQUE_FIELD_DESCRIPTIONS[f]}" for f in CRITIQUE_FIELDS)
     return (
         "Review the solution to the problem below. Find the earliest error that affects the final answer.\n\n"
         f"Problem:\n{q}\n\n"
         f"Solution:\n{s}\n\n"
         "Reply with exactly these four fields, in this order, each starting on its own line:\n"
-        "ERROR_FOUND: true or false\n"
-        "ERROR_QUOTE: the shortest snippet of the solution that contains the error (none if there is no error)\n"
-        "WHY_IT_MATTERS: why this error changes the final answer (none if there is no error)\n"
-        "HIGH_LEVEL_HINT: a strategy for solving the problem correctly; not the next step and not the answer"
+        f"{fields}"
     )
 
 
@@ -130,6 +137,11 @@ def _clean(value: str) -> str:
     return value
 
 
+def _same_words(a: str, b: str) -> bool:
+    words = lambda t: re.sub(r"[^a-z0-9 ]+", " ", t.lower()).split()  # noqa: E731
+    return words(a) == words(b)
+
+
 def _none_to_empty(value: str | None) -> str | None:
     if value is None:
         return None
@@ -148,7 +160,10 @@ def parse_critique(text: str, *, min_hint_words: int = MIN_HINT_WORDS,
     Format errors reported: `missing <FIELD>`, `bad ERROR_FOUND value`; `empty ERROR_QUOTE` when an error is
     claimed and the quote has fewer than `min_quote_chars` characters; `empty HIGH_LEVEL_HINT` and
     `short HIGH_LEVEL_HINT` (fewer than `min_hint_words` words) for *every* critique -- a hint is asked for even
-    when there is no error.
+    when there is no error; `template <FIELD>` when a field repeats the prompt's description of it
+    (CRITIQUE_FIELD_DESCRIPTIONS) word for word, and `bad ERROR_FOUND value` for "true or false" -- stricter than
+    the authors' checks, which accept a copied template (measured: SmolLM2-135M-Instruct, primed with the verdict
+    label, copies all four descriptions back; docs/results/smollm2_critique.md).
     """
     if not isinstance(text, str):
         text = ""
@@ -166,12 +181,18 @@ def parse_critique(text: str, *, min_hint_words: int = MIN_HINT_WORDS,
         values["HIGH_LEVEL_HINT"] = _clean(text[hint_labels[-1].end():])
     errors = [f"missing {f}" for f in CRITIQUE_FIELDS if f not in values]
 
+    for f in CRITIQUE_FIELDS[1:]:
+        if f in values and _same_words(values[f], CRITIQUE_FIELD_DESCRIPTIONS[f]):
+            errors.append(f"template {f}")  # the prompt's description copied back, not written
     error_found = None
     if "ERROR_FOUND" in values:
-        verdict = values["ERROR_FOUND"].split()[0].strip(".,;:*").lower() if values["ERROR_FOUND"] else ""
-        if verdict in _TRUE_VALUES:
+        words = [w.strip(".,;:*").lower() for w in values["ERROR_FOUND"].split()]
+        verdict = words[0] if words else ""
+        # "true or false" (the prompt's own wording copied back) names both verdicts: it is no verdict.
+        both = any(w in _TRUE_VALUES for w in words) and any(w in _FALSE_VALUES for w in words)
+        if verdict in _TRUE_VALUES and not both:
             error_found = True
-        elif verdict in _FALSE_VALUES:
+        elif verdict in _FALSE_VALUES and not both:
             error_found = False
         else:
             errors.append("bad ERROR_FOUND value")
@@ -194,9 +215,10 @@ def critique_format_penalty(critique: Critique, *, missing: float = -0.5, short_
     present and right. CURE adds the penalty to the critique's reward."""
     errs = set(critique.format_errors)
     penalty = 0.0
-    if errs & {"missing ERROR_QUOTE", "missing WHY_IT_MATTERS", "empty ERROR_QUOTE"}:
+    if errs & {"missing ERROR_QUOTE", "missing WHY_IT_MATTERS", "empty ERROR_QUOTE", "template ERROR_QUOTE",
+               "template WHY_IT_MATTERS"}:
         penalty += missing
-    if errs & {"missing HIGH_LEVEL_HINT", "empty HIGH_LEVEL_HINT", "short HIGH_LEVEL_HINT"}:
+    if errs & {"missing HIGH_LEVEL_HINT", "empty HIGH_LEVEL_HINT", "short HIGH_LEVEL_HINT", "template HIGH_LEVEL_HINT"}:
         penalty += short_hint
     return penalty
 
