@@ -147,3 +147,18 @@ def test_sweep_curves_mean_and_standard_error_over_seeds():
         plots.sweep_curves({"a": seeds, "b": [[{"step": 1, "x": 0.0}]]}, "r")
     with pytest.raises(ValueError, match="one per seed"):
         plots.sweep_curves({"a": "runs/x/metrics.jsonl"}, "r")
+
+
+def test_budget_curves_average_seeds_on_a_common_grid():
+    from jaxrl_reason.experiment.plots import budget_curves
+
+    # two seeds of one arm reach different budgets: the mean runs to the smaller one and averages both
+    runs = [{"x": [0, 100, 200], "y": [0.1, 0.5, 0.9]}, {"x": [0, 150], "y": [0.3, 0.6]}]
+    fig = budget_curves({"a": runs, "b": [{"x": [0, 50], "y": [0.2, 0.2]}]}, points=4)
+    lines = {l.get_label(): l for l in fig.axes[0].lines}
+    a = lines["a (n=2)"]
+    np.testing.assert_allclose(a.get_xdata(), [0, 50, 100, 150])
+    np.testing.assert_allclose(a.get_ydata(), [(0.1 + 0.3) / 2, (0.3 + 0.4) / 2, (0.5 + 0.5) / 2, (0.7 + 0.6) / 2])
+    assert len(fig.axes[0].collections) == 1  # a band for the arm with two seeds only
+    with pytest.raises(ValueError, match="increasing"):
+        budget_curves({"a": [{"x": [2, 1], "y": [0, 1]}]})

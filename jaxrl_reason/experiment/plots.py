@@ -1,4 +1,5 @@
-"""Every figure the project draws: training curves from a run's metrics JSONL and test-time scaling curves.
+"""Every figure the project draws: training curves from a run's metrics JSONL (against steps, or against a budget
+spent, `budget_curves`) and test-time scaling curves.
 
 One module so that the training script (`experiment.report`), `experiments/evaluate.py` and the notebooks in
 colabs/ draw the same thing the same way. Each function returns a `matplotlib.figure.Figure` (Jupyter shows a
@@ -19,7 +20,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["training_curves", "sweep_curves", "test_time_curves", "read_records", "format_table"]
+__all__ = ["training_curves", "sweep_curves", "budget_curves", "test_time_curves", "read_records", "format_table"]
 
 Records = Union[str, os.PathLike, Sequence[Mapping]]
 _TEST_TIME_X = {"k": "samples per question k", "tokens": "tokens spent per question"}
@@ -174,6 +175,48 @@ def sweep_curves(arms: Mapping[str, Sequence[Records]], keys: Union[str, Sequenc
     fig = axes[0].figure
     _save(fig, path)
     return fig
+
+
+def budget_curves(arms: Mapping[str, Sequence[Mapping]], *, path=None, ax=None, points: int = 50,
+                  title: Optional[str] = None, xlabel: str = "tokens generated in training",
+                  ylabel: str = "held-out accuracy") -> Figure:
+    """Each arm's metric against a spent budget (tokens, seconds), mean over seeds with a +- one standard error
+    band, on a linear axis; each seed's curve is interpolated onto a grid up to the smallest budget every seed of
+    the arm reached, so every point of the mean averages all seeds.
+
+    arms: {arm label: [{"x": [budget values, increasing], "y": [metric values]} per seed]}.
+    """
+    if not arms:
+        raise ValueError("budget_curves: give at least one arm")
+    if ax is None:
+        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+        ax = fig.add_subplot()
+    elif not isinstance(ax, Axes):
+        raise ValueError(f"ax: expected one matplotlib Axes, got {type(ax).__name__}")
+    for arm, runs in arms.items():
+        if not runs:
+            raise ValueError(f"arms[{arm!r}]: no runs")
+        xs = [np.asarray(r["x"], float) for r in runs]
+        ys = [np.asarray(r["y"], float) for r in runs]
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            if x.shape != y.shape or x.ndim != 1 or len(x) < 2 or np.any(np.diff(x) < 0):
+                raise ValueError(f"arms[{arm!r}][{i}]: need 'x' increasing and 'y' of the same length >= 2, got "
+                                 f"{x.shape} and {y.shape}")
+        grid = np.linspace(max(x[0] for x in xs), min(x[-1] for x in xs), points)
+        on = np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys)])
+        mean = on.mean(0)
+        line, = ax.plot(grid, mean, label=f"{arm} (n={len(runs)})")
+        if len(runs) > 1:
+            se = on.std(0, ddof=1) / np.sqrt(len(runs))
+            ax.fill_between(grid, mean - se, mean + se, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(ax.figure, path)
+    return ax.figure
 
 
 def _points(name: str, points: Iterable[Mapping], x: str) -> dict[str, np.ndarray]:
