@@ -4,10 +4,11 @@
 
 No training. For each question: one solve attempt; one critique of it in the four-field format
 (`critique_prompt`, verdict generated, not forced; `--prime` starts the reply with the `ERROR_FOUND:` label, the
-model still writes the verdict); then a guided re-solve from the critique's hint (`guided_prompt`: the question and the hint only, the attempt is not shown) beside a control, a fresh unguided
-re-solve of the same question at the same temperature, so "the hint fixes a wrong answer" is measured against
-"a second sample fixes it anyway". Reports how many critiques parse (every field, no format error), how often the
-verdict is parsed and right, how often a hint gives away the gold answer, and the fix / break rates of both
+model still writes the verdict); then a guided re-solve from the critique's hint (`guided_prompt`: the question
+and the hint only, the attempt is not shown) beside a control, a fresh unguided re-solve of the same question at
+the same temperature, so "the hint fixes a wrong answer" is measured against "a second sample fixes it anyway".
+Reports how many critiques parse (every field, no format error), how often the verdict is parsed and right, how
+often a hint is copied from the prompt or gives away the gold answer, and the fix / break rates of both
 re-solves. Writes results.json, results.md and critiques.jsonl to --out.
 
 Answers are graded the GSM8K "flexible" way (`boxed_or_last_number`), as in configs/smollm2_grpo.py: the shipped
@@ -87,6 +88,7 @@ def run(args) -> dict:
     says_error = np.array([bool(p.error_found) for p in parsed])
     well_formed = np.array([p.error_found is not None and not p.format_errors for p in parsed])
     has_hint = np.array([bool(h) for h in hints])
+    copied_hint = np.array(["template HIGH_LEVEL_HINT" in p.format_errors for p in parsed])
     leaks = np.array([hint_leaks_answer(h, e.answer) for h, e in zip(hints, examples)])
     errors: dict = {}
     for p in parsed:
@@ -101,6 +103,7 @@ def run(args) -> dict:
                       "says_error_on_wrong": _rate(says_error, verdict & wrong),
                       "says_error_on_right": _rate(says_error, verdict & right),
                       "has_hint": _rate(has_hint, np.ones_like(right)),
+                      "hint_copied_from_template": _rate(copied_hint, has_hint),
                       "hint_leaks_answer": _rate(leaks, has_hint),
                       "format_errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])),
                       "mean_tokens": float(np.mean([len(x) for x in crit_ids]))},
@@ -137,7 +140,8 @@ def markdown(res: dict) -> str:
              f"| says error, attempt wrong | {fmt(c['says_error_on_wrong'])} |",
              f"| says error, attempt right | {fmt(c['says_error_on_right'])} |",
              f"| has a hint | {fmt(c['has_hint'])} |",
-             f"| hint gives away the gold answer | {fmt(c['hint_leaks_answer'])} |",
+             f"| hint copied from the prompt's field description (of hints) | {fmt(c['hint_copied_from_template'])} |",
+             f"| hint gives away the gold answer (of hints) | {fmt(c['hint_leaks_answer'])} |",
              f"| mean critique tokens | {c['mean_tokens']:.0f} |", "",
              f"Format errors: {c['format_errors']}", "",
              "| re-solve (T %s) | fixes a wrong attempt | breaks a right one | accuracy |"
