@@ -278,9 +278,12 @@ def hf_tensor_names(cfg: ModelConfig) -> set:
 
 
 def params_from_tensors(cfg: ModelConfig, get: Callable[[str], np.ndarray], names: set,
-                        place: Optional[Callable[[tuple, np.ndarray], jax.Array]] = None) -> Qwen2:
+                        place: Optional[Callable[[tuple, np.ndarray], jax.Array]] = None,
+                        value_head: Optional[Dict[str, np.ndarray]] = None) -> Qwen2:
     """Build a model from HF-named tensors. `place(path, array)` puts each assembled parameter on device(s)
-    (the sharded loader passes one that device_puts straight into its sharding)."""
+    (the sharded loader passes one that device_puts straight into its sharding). With `cfg.value_head`, the value
+    head is `value_head` ({"kernel": [H, 1], "bias": [1]}, as `save_pretrained(value_head="separate")` writes
+    it) or zeros; it is one small matrix, left on the default device for the trainer to lay out."""
     pd = as_dtype(cfg.param_dtype)
     abstract = _abstract_model(cfg)
     graphdef, state = nnx.split(abstract)
@@ -321,15 +324,24 @@ def params_from_tensors(cfg: ModelConfig, get: Callable[[str], np.ndarray], name
             stacked[i] = fetch(f"model.layers.{i}.{suffix}", shape, transpose)
         parent = _get_path(out["layers"], path[:-1])
         parent[path[-1]] = place(("layers",) + path, stacked)
+    if cfg.value_head:
+        for name in ("kernel", "bias"):
+            shape = pure["value_head"][name].shape
+            a = np.zeros(shape, pd) if value_head is None else np.asarray(value_head[name], pd)
+            if a.shape != tuple(shape):
+                raise ValueError(f"value head {name} has shape {a.shape}; expected {tuple(shape)}")
+            out["value_head"][name] = jnp.asarray(a)
     nnx.replace_by_pure_dict(state, out)
     return nnx.merge(graphdef, state)
 
 
 def load_pretrained(path: str, dtype: str = "float32", *, compute_dtype: Optional[str] = None,
-                    scan_layers: bool = True, place=None) -> Qwen2:
+                    scan_layers: bool = True, place=None, value_head: bool = False) -> Qwen2:
     """Load an HF Qwen2/Qwen2.5/Qwen3/Llama directory (config.json + safetensors) as our model.
 
     dtype: parameter storage dtype ("float32" | "bfloat16"); compute_dtype defaults to it.
+    value_head: build PPO's value head too, from the directory's `value_head.npz` when there is one (see
+    `save_pretrained`), else zero-initialised. A directory's value_head.npz is ignored without it.
     """
     if not os.path.isdir(path):
         raise FileNotFoundError(f"checkpoint directory {path!r} does not exist")
@@ -340,11 +352,19 @@ def load_pretrained(path: str, dtype: str = "float32", *, compute_dtype: Optiona
         hf = json.load(f)
     cfg = config_from_hf(hf, param_dtype=dtype, dtype=compute_dtype, scan_layers=scan_layers)
     tensors = CheckpointTensors(path)
-    return params_from_tensors(cfg, tensors.get, tensors.names(), place)
+    head = None
+    if value_head:
+        cfg = cfg.replace(value_head=True)
+        head_path = os.path.join(path, VALUE_HEAD_FILE)
+        if os.path.exists(head_path):
+            with np.load(head_path) as f:
+                head = {k: f[k] for k in ("kernel", "bias")}
+    return params_from_tensors(cfg, tensors.get, tensors.names(), place, value_head=head)
 
 
 def model_tensors(model: Qwen2, dtype=None) -> Dict[str, np.ndarray]:
-    """HF-named numpy tensors of `model` (kernels transposed back to [out, in])."""
+    """HF-named numpy tensors of `model` (kernels transposed back to [out, in]); never the value head, which is
+    no tensor of the HF architecture (see `save_pretrained`)."""
     cfg = model.config
     pure = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     cast = (lambda a: np.asarray(jax.device_get(a)).astype(dtype)) if dtype is not None else (
@@ -360,9 +380,25 @@ def model_tensors(model: Qwen2, dtype=None) -> Dict[str, np.ndarray]:
     return out
 
 
+# PPO's value head, outside the HF weights: `transformers` would refuse (or warn about) a tensor Qwen2ForCausalLM
+# does not have, and our loader reads every *.safetensors of an unindexed directory, hence .npz.
+VALUE_HEAD_FILE = "value_head.npz"
+VALUE_HEAD_EXPORT = ("drop", "separate")
+
+
 def save_pretrained(model: Qwen2, path: str, *, dtype: Optional[str] = None,
-                    max_shard_bytes: int = 4 << 30, generation_config: Optional[dict] = None) -> None:
-    """Write `model` as an HF directory (config.json + safetensors, sharded with an index when large)."""
+                    max_shard_bytes: int = 4 << 30, generation_config: Optional[dict] = None,
+                    value_head: str = "drop") -> None:
+    """Write `model` as an HF directory (config.json + safetensors, sharded with an index when large).
+
+    value_head (a model with PPO's value head): "drop" leaves it out -- the directory is the plain causal LM,
+    and a stale value_head.npz there is removed; "separate" also writes it as `value_head.npz` (float32 kernel
+    [H, 1] and bias [1]), which `load_pretrained(path, value_head=True)` reads back."""
+    if value_head not in VALUE_HEAD_EXPORT:
+        raise ValueError(f"save_pretrained value_head={value_head!r}; choose one of {VALUE_HEAD_EXPORT}")
+    has_head = getattr(model, "value_head", None) is not None
+    if value_head == "separate" and not has_head:
+        raise ValueError("save_pretrained value_head='separate': this model has no value head to export")
     cfg = model.config
     dtype_name = dtype or cfg.param_dtype
     tensors = model_tensors(model, np.dtype(as_dtype(dtype_name)))
@@ -382,8 +418,12 @@ def save_pretrained(model: Qwen2, path: str, *, dtype: Optional[str] = None,
         size += nbytes
     shards.append(current)
     for old in os.listdir(path):  # a stale shard from an earlier save would be read as extra tensors
-        if old.endswith(".safetensors") or old == "model.safetensors.index.json":
+        if old.endswith(".safetensors") or old in ("model.safetensors.index.json", VALUE_HEAD_FILE):
             os.remove(os.path.join(path, old))
+    if value_head == "separate":
+        pure = nnx.to_pure_dict(nnx.state(model.value_head, nnx.Param))
+        np.savez(os.path.join(path, VALUE_HEAD_FILE),
+                 **{k: np.asarray(jax.device_get(pure[k]), np.float32) for k in ("kernel", "bias")})
     if len(shards) == 1:
         write_safetensors(os.path.join(path, "model.safetensors"), shards[0])
         return

@@ -72,6 +72,10 @@ class ModelConfig:
     # must zero-fill and write shrink (bench/train_step.py's peak RSS: 2.1 -> 1.6 GB) at about the same update
     # time on CPU; "all" keeps whatever XLA saves by default. Not a checkpoint field.
     scan_residuals: str = "matmuls"
+    # PPO's learned value: a scalar head (hidden -> 1, zero-initialised) on the final-norm hidden state, in the
+    # param tree only when True, so a model without it is unchanged. Not an HF field: `hf_port.save_pretrained`
+    # drops it unless asked to export it as its own file.
+    value_head: bool = False
 
     def __post_init__(self):
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -111,7 +115,8 @@ class ModelConfig:
         attn = h * d * (nq + 2 * nkv) + nq * d * h + (d * (nq + 2 * nkv) if self.attention_bias else 0)
         layer = attn + 3 * h * i + 2 * h + (2 * d if self.qk_norm else 0)
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return self.vocab_size * h + self.num_hidden_layers * layer + h + head
+        value = h + 1 if self.value_head else 0
+        return self.vocab_size * h + self.num_hidden_layers * layer + h + head + value
 
 
 class KVCache(NamedTuple):
@@ -424,6 +429,8 @@ class Qwen2(nnx.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, dtype=dt)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(
             cfg.hidden_size, cfg.vocab_size, bias=False, rngs=rngs, param_dtype=pd, dtype=dt)
+        # Built last and drawing no random numbers, so every other parameter is the same with or without it.
+        self.value_head = ValueHead(cfg.hidden_size, param_dtype=pd) if cfg.value_head else None
 
     def hidden_states(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None,
                       layer_params: Optional[list] = None):
@@ -523,6 +530,13 @@ class Qwen2(nnx.Module):
         layer_state = nnx.state(self.layers)
         return [jax.tree.map(lambda a: a[i], layer_state) for i in range(self.config.num_hidden_layers)]
 
+    def values_from_hidden(self, h) -> jax.Array:
+        """float32 [...] per-position values V from final-norm hidden states [..., H] (the PPO critic)."""
+        if self.value_head is None:
+            raise ValueError("this model has no value head; build it with ModelConfig(value_head=True) or "
+                             "models.qwen2.attach_value_head(model)")
+        return self.value_head(h)
+
     def logits_from_hidden(self, h):
         if self.lm_head is None:
             return self.embed_tokens.attend(h).astype(jnp.float32)
@@ -533,6 +547,31 @@ class Qwen2(nnx.Module):
         h, new_cache = self.hidden_states(tokens, positions, segment_ids, cache, layer_params)
         logits = self.logits_from_hidden(h)
         return logits if cache is None else (logits, new_cache)
+
+
+class ValueHead(nnx.Module):
+    """V = h . kernel + bias, zero-initialised (V = 0 before training: the first step's advantages are the rewards
+    themselves, no random baseline), computed in float32 whatever the compute dtype (a regression on returns)."""
+
+    def __init__(self, dim: int, *, param_dtype):
+        self.kernel = nnx.Param(jnp.zeros((dim, 1), param_dtype))
+        self.bias = nnx.Param(jnp.zeros((1,), param_dtype))
+
+    def __call__(self, h):
+        v = dense(h.astype(jnp.float32), self.kernel[...].astype(jnp.float32))
+        return (v + self.bias[...].astype(jnp.float32))[..., 0]
+
+
+def attach_value_head(model: Qwen2) -> Qwen2:
+    """Adds a zero value head to `model` in place (config.value_head=True) and returns it; a model that has one
+    is returned as it is. In place, so every holder of the module (a pipeline evaluating or saving it) sees the
+    same structure as the trainer's params."""
+    if model.value_head is None:
+        model.config = dataclasses.replace(model.config, value_head=True)
+        # nnx.data: the attribute was None (static) when the model was built without a head.
+        head = ValueHead(model.config.hidden_size, param_dtype=as_dtype(model.config.param_dtype))
+        model.value_head = nnx.data(head)
+    return model
 
 
 def init_model(cfg: ModelConfig, seed: int = 0) -> Qwen2:

@@ -280,19 +280,24 @@ class TermKind(NamedTuple):
     kernel: Kernel
     needs_reference: bool = False
     supervised: bool = False
+    # It reads the model's per-token values (a value head on the final hidden state, PPO's critic): the update
+    # then computes them in the same forward pass and passes them to the kernel as `values=` ([B, T], TokenBatch
+    # layout). Such a term's rows store their own targets in the row fields (see `rl.gae.value_spec`), so they
+    # are no sampled rows: the sampler/trainer log-prob gap skips them.
+    needs_values: bool = False
 
 
 TERM_KINDS: dict[str, TermKind] = {}
 
 
-def register_term_kind(name: str, kernel: Kernel, *, needs_reference: bool = False, supervised: bool = False
-                       ) -> TermKind:
+def register_term_kind(name: str, kernel: Kernel, *, needs_reference: bool = False, supervised: bool = False,
+                       needs_values: bool = False) -> TermKind:
     """Adds a loss-term kind, the one step a new loss needs: afterwards `term_spec(name, ...)` builds terms of it
     for any objective, and the trainer reads what it needs from here. Re-registering the same kernel is a no-op;
     another kernel under a taken name is refused."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"a term kind needs a non-empty name, got {name!r}")
-    kind = TermKind(kernel, bool(needs_reference), bool(supervised))
+    kind = TermKind(kernel, bool(needs_reference), bool(supervised), bool(needs_values))
     if name in TERM_KINDS and TERM_KINDS[name] != kind:
         raise ValueError(f"term kind {name!r} is already registered with another kernel or needs; pick a new name")
     TERM_KINDS[name] = kind
@@ -418,6 +423,18 @@ def active_terms(terms: Sequence[TermSpec]) -> tuple[TermSpec, ...]:
     return tuple(t for t in terms if t.weight != 0.0)
 
 
+def needs_values(terms: Sequence[TermSpec]) -> bool:
+    """Whether any active term reads the model's values (the update then runs the value head too)."""
+    return any(TERM_KINDS[t.kind].needs_values for t in active_terms(terms))
+
+
+def value_task_ids(terms: Sequence[TermSpec]) -> tuple[int, ...]:
+    """TASKS ids of the rows trained by value-reading terms: their row fields hold value targets, not sampler
+    log-probs (static, sorted)."""
+    return tuple(sorted({task_id(x) for t in active_terms(terms) if TERM_KINDS[t.kind].needs_values
+                         for x in t.tasks}))
+
+
 def needs_reference(terms: Sequence[TermSpec]) -> bool:
     """Whether any active term reads ref_logprobs; when False the trainer skips the reference forward pass."""
     return any(TERM_KINDS[t.kind].needs_reference for t in active_terms(terms))
@@ -469,6 +486,7 @@ def objective(
     *,
     counts: Optional[Counts] = None,
     entropy: Optional[jax.Array] = None,
+    values: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """loss = sum_k weight_k * num_k / den_k over the active terms, and metrics.
 
@@ -477,6 +495,8 @@ def objective(
     counts:   `batch_counts(full_batch)` when `batch` is a micro-batch (see the module docstring); default: the
               counts of `batch` itself.
     entropy:  optional [batch, time] (TokenBatch layout) for `{task}/entropy` metrics.
+    values:   [batch, time] per-token values (TokenBatch layout) under the params being trained; needed by the
+              kinds registered with `needs_values` (PPO's value term), which receive them as `values=`.
 
     Metrics (all additive over micro-batches given global counts):
       loss/total, loss/{term}        the total and each term's unweighted loss
@@ -509,6 +529,12 @@ def objective(
         options = dict(spec.options)
         kernel = TERM_KINDS[spec.kind].kernel
         mask = task_mask(ids)
+        if TERM_KINDS[spec.kind].needs_values:
+            if values is None:
+                raise ValueError(f"term {spec.name!r} ({spec.kind}) reads the model's values; pass objective(..., "
+                                 "values=...) from a model with a value head")
+            chex.assert_equal_shape([values, batch.loss_mask])
+            options["values"] = values
         loss_tok, stats = kernel(logprobs, batch, mask, **options)
         term = aggregate(loss_tok, mask, batch.segment_ids, spec.aggregation, max_len=spec.max_len, den=den)
         value = term.value
@@ -521,7 +547,8 @@ def objective(
                 if key in metrics:
                     raise ValueError(f"metric {key!r} is produced by two terms; give one of them other tasks")
                 metrics[key] = per_task[stat][ids.index(i)]
-            if t not in seen_tasks:
+            # Value rows carry no policy (their LM head is skipped): no entropy metric for them.
+            if t not in seen_tasks and not TERM_KINDS[spec.kind].needs_values:
                 seen_tasks.append(t)
     if entropy is not None and seen_tasks:
         chex.assert_equal_shape([entropy, batch.loss_mask])

@@ -234,21 +234,29 @@ def row_temperatures(task_ids: jax.Array, temperatures: Optional[Sequence[float]
 
 def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, chunk_size: Optional[int] = None,
                    scored: Optional[int] = None, row_groups: int = 1,
-                   temperature: float | tuple[float, ...] = 1.0):
+                   temperature: float | tuple[float, ...] = 1.0, value_tasks: Optional[tuple[int, ...]] = None):
     """Per-token log-probs and entropy in TokenBatch layout, from final hidden states, never materialising more
-    than a `chunk_size` slice of the [B, T, V] logits. Returns (log-probs, entropy, fits).
+    than a `chunk_size` slice of the [B, T, V] logits. Returns (log-probs, entropy, fits), and with `value_tasks`
+    (log-probs, entropy, fits, values).
 
     scored: None runs the LM head at every position; an int runs it only at the positions whose target is trained
     (loss_mask != 0), at most `scored` of them per group of `row_groups` contiguous row blocks (see
     `rl.batch.scored_size`); the other positions read 0, which no loss term looks at. `fits` is False when a group
     had more trained positions than `scored`. For a `SharedPrefixBatch` the layout is that of `batch.rows`.
     temperature: a float for every row, or one per task id (`rl.losses.scoring_temperatures`): log-probs are
-    log-softmax(logits / T), the tempered policy the rows were sampled from."""
+    log-softmax(logits / T), the tempered policy the rows were sampled from.
+    value_tasks: the task ids of value rows (PPO's critic targets, `rl.losses.value_task_ids`), or None: the model's
+    value head runs on the same final hidden states ([B, T] values in TokenBatch layout: V(s_t) of the state that
+    emits target t sits where its log-prob does), and the LM head skips the value rows' positions."""
     model = nnx.merge(graphdef, params)
     if isinstance(batch, SharedPrefixBatch):
         h, batch = _shared_prefix_hidden(model, batch), batch.rows
     else:
         h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
+    trained = batch.loss_mask != 0
+    if value_tasks is not None:
+        values = align_to_targets(model.values_from_hidden(h))
+        trained = trained & ~jnp.isin(batch.task_id, jnp.asarray(value_tasks, jnp.int32))[:, None]
     if model.lm_head is None:
         w = model.embed_tokens.weight[...].astype(h.dtype).T
     else:
@@ -264,11 +272,12 @@ def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, c
         fits = jnp.array(True)
     else:
         # the predictor of target t sits at t - 1
-        predicts_trained = next_token_targets((batch.loss_mask != 0).astype(jnp.int32)) != 0
+        predicts_trained = next_token_targets(trained.astype(jnp.int32)) != 0
         lp, ent, fits = selected_token_logprobs_from_hidden(h, w, targets, predicts_trained, size=scored,
                                                             groups=row_groups, chunk_size=chunk_size,
                                                             with_entropy=True, temperature=temp)
-    return align_to_targets(lp), align_to_targets(ent), fits
+    out = (align_to_targets(lp), align_to_targets(ent), fits)
+    return out if value_tasks is None else out + (values,)
 
 
 def _shared_prefix_hidden(model, batch: SharedPrefixBatch):

@@ -26,12 +26,13 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.methods.base import Context, Method, Rollouts, generate_rollouts
+from jaxrl_reason.models.qwen2 import attach_value_head
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size, split_mini_batches
-from jaxrl_reason.rl.losses import needs_reference, nonfinite_terms, scoring_temperatures, sft_spec
+from jaxrl_reason.rl.losses import needs_reference, nonfinite_terms, scoring_temperatures, sft_spec, value_task_ids
 from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.train.checkpoint import Checkpointer
@@ -156,6 +157,11 @@ class Trainer:
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
         self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
+        if getattr(method, "needs_value_head", False):
+            # PPO's critic shares the policy's trunk: a zero value head joins the param tree (in place, so whoever
+            # holds the module -- a pipeline evaluating or saving it -- sees the trainer's structure), and is then
+            # trained, checkpointed and restored with the policy. The HF save drops it unless asked.
+            attach_value_head(model)
         self.graphdef = nnx.graphdef(model)
         self.terms = method.terms()
         if config.dynamic_sampling and method.uses_zero_signal_groups:
@@ -172,6 +178,7 @@ class Trainer:
                             matmuls=config.update_matmuls)
         self.mesh, self.update = tr.mesh, tr.update
         self.ref_params = jax.tree.map(jnp.copy, tr.params) if needs_reference(self.terms) else None
+        self._value_tasks = list(value_task_ids(self.terms))  # rows of PPO's value term (no LM head in the update)
         self.state = init_state(tr.params, tr.opt_state, config.seed, self.mesh)
         # Rows per update: whole micro-batches, each split evenly over the mesh's batch shards.
         self._row_groups = pmesh.batch_shards(self.mesh)
@@ -317,9 +324,15 @@ class Trainer:
             batch = share_prefixes(batch, c.micro_batches) or batch
         rows = batch.rows if isinstance(batch, SharedPrefixBatch) else batch
         scored = scored_size(rows, c.micro_batches, self._row_groups) if c.head_at_trained_only else None
+        ref_scored = scored  # the reference forward scores every trained position, value rows included
+        if scored is not None and self._value_tasks:
+            # The update's LM head skips value rows (they train only the value head): size it without them.
+            policy = ~np.isin(np.asarray(rows.task_id), self._value_tasks)[:, None]
+            scored = scored_size(rows._replace(loss_mask=np.asarray(rows.loss_mask) * policy), c.micro_batches,
+                                 self._row_groups)
         batch = prules.shard_batch(batch, self.mesh)
         if self.ref_params is not None:  # the reference forward shares the prompts too
-            ref = self._ref_logprobs(self.ref_params, batch, scored)
+            ref = self._ref_logprobs(self.ref_params, batch, ref_scored)
             batch = (batch._replace(rows=batch.rows._replace(ref_logprobs=ref))
                      if isinstance(batch, SharedPrefixBatch) else batch._replace(ref_logprobs=ref))
         return batch, scored

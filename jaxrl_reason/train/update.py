@@ -15,8 +15,9 @@ from jaxrl_reason.parallel.mesh import batch_shards, resolve_mesh
 from jaxrl_reason.parallel.rules import (BATCH, DEFAULT_RULES, Rules, as_sharded, batch_sharding, init_opt_state,
                                          param_shardings, tree_shardings)
 from jaxrl_reason.rl.batch import TokenBatch, assert_token_batch_shapes, stack_micro_batches
-from jaxrl_reason.rl.losses import (TermSpec, batch_counts, counts_metrics, finite_flags, objective, safe_divide,
-                                    scoring_temperatures, tree_is_finite)
+from jaxrl_reason.rl.gae import explained_variance
+from jaxrl_reason.rl.losses import (TermSpec, batch_counts, counts_metrics, finite_flags, needs_values, objective,
+                                    safe_divide, scoring_temperatures, tree_is_finite, value_task_ids)
 from jaxrl_reason.rl.prefix import SharedPrefixBatch
 from jaxrl_reason.rl.prefix import stack_micro_batches as stack_shared_micro_batches
 from jaxrl_reason.rl.scoring import model_logprobs
@@ -29,13 +30,24 @@ class UpdateOutput(NamedTuple):
     finite: dict  # {term: bool}, plus "grads" and "scored_positions"; the update was applied only if all are True
 
 
-def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups, temperatures):
-    lp, ent, fits = model_logprobs(graphdef, params, mb, chunk_size=chunk_size, scored=scored,
-                                   row_groups=row_groups, temperature=temperatures)
+# The value head is one small matrix: replicated wherever the policy lives. Appended to any rules given, so a
+# user rule for it still wins, and harmless for a model without one.
+VALUE_HEAD_RULES: Rules = ((r"value_head/(kernel|bias)", ()),)
+
+
+def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups, temperatures, value_tasks=None):
+    """value_tasks: None when no term reads values (the plain scoring path, unchanged), else the static ids of
+    the value rows (`rl.losses.value_task_ids`)."""
+    out = model_logprobs(graphdef, params, mb, chunk_size=chunk_size, scored=scored, row_groups=row_groups,
+                         temperature=temperatures, value_tasks=value_tasks)
+    lp, ent, fits = out[:3]
+    values = out[3] if value_tasks is not None else None
     mb = mb.rows if isinstance(mb, SharedPrefixBatch) else mb
-    loss, metrics = objective(lp, mb, terms, counts=counts, entropy=ent)
+    loss, metrics = objective(lp, mb, terms, counts=counts, entropy=ent, values=values)
     # Sampler/trainer mismatch: |log pi_train - log pi_sampler| on sampled tokens (rows with old log-probs).
     sampled = mb.loss_mask * (mb.old_logprobs != 0)
+    if value_tasks:  # value rows hold V_old where sampled rows hold log pi_old
+        sampled = sampled * ~jnp.isin(mb.task_id, jnp.asarray(value_tasks, jnp.int32))[:, None]
     gap = jnp.abs(jax.lax.stop_gradient(lp) - mb.old_logprobs) * sampled
     metrics["logprob_gap/sum"] = gap.sum()
     metrics["logprob_gap/max"] = gap.max()
@@ -76,6 +88,7 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
     ratio is 1 and the gradient is that of the policy that generated the data; supervised rows at T = 1
     (`rl.losses.scoring_temperatures`)."""
     temperatures = scoring_temperatures(terms, temperature)
+    value_tasks = value_task_ids(terms) if needs_values(terms) else None
 
     @functools.partial(jax.jit, donate_argnums=(0, 1), static_argnames=("scored",),
                        compiler_options=training_compiler_options(matmuls))
@@ -90,13 +103,13 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         first = jax.tree.map(lambda x: x[0], stacked)
         _, metric_shapes = jax.eval_shape(
             lambda: _loss_fn(params, graphdef, first, counts, terms, logprob_chunk, scored, row_groups,
-                             temperatures))
+                             temperatures, value_tasks))
         zeros = (jax.tree.map(jnp.zeros_like, params),
                  jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
 
         def body(acc, mb):
             (_, m), g = grad_fn(params, graphdef, mb, counts, terms, logprob_chunk, scored, row_groups,
-                                temperatures)
+                                temperatures, value_tasks)
             m = dict(m)
             gmax = m.pop("logprob_gap/max")
             acc_g, acc_m = acc
@@ -107,7 +120,7 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
             return (jax.tree.map(jnp.add, acc_g, g), acc_m), None
 
         (grads, metrics), _ = jax.lax.scan(body, zeros, stacked)
-        metrics = dict(metrics)
+        metrics = dict(metrics) if value_tasks is None else explained_variance(metrics)
         gap_tokens = metrics.pop("logprob_gap/tokens")
         metrics["logprob_gap/mean"] = safe_divide(metrics.pop("logprob_gap/sum"), gap_tokens)
         overflow = metrics.pop("scored/overflow")
@@ -184,6 +197,7 @@ def start_training(model, optimizer, terms, mesh: Optional[Mesh] = None, *, para
     already in place is not copied), the optimizer state initialised in its shardings, and the update compiled for
     that mesh. update_kw: `make_update`'s."""
     mesh = resolve_mesh(mesh)
+    rules = tuple(rules) + VALUE_HEAD_RULES
     graphdef, own = nnx.split(model)
     params = own if params is None else params
     params = as_sharded(params, param_shardings(model, mesh, rules))
