@@ -48,7 +48,7 @@ def token_curve(run_dir: str) -> dict:
     spent, xs, ys, steps = 0.0, [0.0], [cfg["before"]["accuracy"]], 0
     for r in sorted(records, key=lambda r: r["step"]):
         if "length/mean" in r:
-            spent += r["length/mean"] * rows + r.get("vine/extra_tokens", 0.0)
+            spent += r["length/mean"] * rows + r.get("vine/extra_tokens", 0.0) + r.get("generate/extra_tokens", 0.0)
             steps = max(steps, int(r["step"]))
         if "eval/accuracy" in r:
             xs.append(spent)

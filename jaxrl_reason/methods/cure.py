@@ -518,6 +518,10 @@ class CURE(GRPO):
             zp = [gi for gi, j in enumerate(w_idx) if acc[rows[j] // k] == 0.0]
             if zp:
                 metrics["guided_solve/zero_pass_accuracy"] = float(g_correct[zp].mean())
+        # Tokens this step generated beyond the rollouts (critiques after their forced verdict, guided solutions):
+        # what CURE spends over GRPO for the same number of RL steps.
+        metrics["generate/extra_tokens"] = float(sum(len(x) for x in (crit.generated if crit else []))
+                                                 + sum(len(x) for x in g_comps))
         return concat_batches(batches), metrics
 
     def state_dict(self) -> dict:

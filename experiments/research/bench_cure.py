@@ -1,0 +1,170 @@
+"""CURE against GRPO from the same warm-up: does training to critique and re-solve pay off at test time?
+
+    python experiments/research/bench_cure.py --config experiments/configs/cure.py [--workdir runs/bench_cure] \
+        [--seeds 0,1,2] [--rl-steps 0] [--questions 256] [--n 8] [--rounds 2]
+
+For each seed, two runs share the tokenizer and the warm-up (`bench_rlv.share_warmup`: the GRPO arm makes it; a
+testbed config's warm-up teaches the critique format through `sft.aux_critique_share`):
+  grpo  the config with its method forced to plain GRPO (`bench_rlv.as_plain_grpo`), same RL steps
+  cure  the config as given (CURE: solve, critique with a forced verdict, hint-guided re-solve, replay)
+Then, per arm, on the first `--questions` held-out questions: N samples each at the training temperature
+(`inference.test_time.evaluate`: pass@1, maj@k), and `--rounds` rounds of test-time self-refinement from each
+question's first sample (`inference.strategies.evaluate_refinement`, verdict generated, not forced) with majority
+voting at the same generated tokens beside it. Tokens generated in training are read from each run's metrics
+(rollouts plus CURE's critiques and guided solutions, `generate/extra_tokens`).
+
+The issue's checks, per seed and as the median over seeds:
+  1. CURE's round 0 -> 1 refinement gain > 0 and > GRPO's
+  2. CURE's verdict F1 (round 1, wrong = positive) > GRPO's
+  3. >= 90% of CURE's round-1 critiques well-formed
+  4. CURE pass@1 >= GRPO pass@1 - 2 points
+Writes summary.json and summary.md to the workdir; a finished run or evaluation is reused.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
+
+import numpy as np  # noqa: E402
+
+from bench_credit import token_curve  # noqa: E402
+from bench_rlv import as_plain_grpo, share_warmup, trained  # noqa: E402
+from jaxrl_reason.configs import load_config_file  # noqa: E402
+
+ARMS = ("grpo", "cure")
+
+
+def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: int, progress: bool) -> dict:
+    """pass@1 / maj@k from N samples per question and self-refinement from each question's first sample."""
+    from jaxrl_reason.data.datasets import load_examples
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.inference.strategies import evaluate_refinement
+    from jaxrl_reason.inference.test_time import evaluate
+    from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.tokenization import Tokenizer
+
+    path = os.path.join(cfg.workdir, "bench_eval.json")
+    key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps}
+    if os.path.exists(path):
+        cached = json.load(open(path))
+        if cached.get("key") == key:
+            return cached
+    final = os.path.join(cfg.workdir, "final")
+    model, tok = load_pretrained(final), Tokenizer.from_pretrained(final)
+    examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
+    reward = build_data(cfg.data, cfg.seed).reward_fn
+    pool = evaluate(model, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
+                    seed=cfg.seed, reward_fn=reward, progress=progress)
+    samples = pool.pop("samples")
+    refine = evaluate_refinement(
+        model, tok, examples, reward, rounds=rounds, max_new_tokens=cfg.rl.max_new_tokens,
+        critique_max_new_tokens=critique_tokens, initial=[s["completions"][0] for s in samples],
+        initial_tokens=[s["lengths"][0] for s in samples], pool_classes=[s["classes"] for s in samples],
+        pool_correct=[s["correct"] for s in samples], tokens_per_sample=pool["mean_completion_tokens"],
+        temperature=cfg.rl.temperature, seed=cfg.seed)
+    refine.pop("critiques")
+    out = {"key": key, "pass1": pool["sample_accuracy"], "majority": pool["strategies"]["majority"],
+           "ks": pool["ks"], "refinement": refine,
+           "train_tokens": token_curve(cfg.workdir)["total_tokens"]}
+    json.dump(out, open(path, "w"), indent=2)
+    return out
+
+
+def checks(grpo: dict, cure: dict) -> dict:
+    g, c = grpo["refinement"]["rows"], cure["refinement"]["rows"]
+    gain = lambda rows: rows[1]["acc"] - rows[0]["acc"]  # noqa: E731
+    return {"cure_gain": gain(c), "grpo_gain": gain(g),
+            "gain_positive_and_larger": gain(c) > 0 and gain(c) > gain(g),
+            "cure_f1": c[1]["verdict_f1"], "grpo_f1": g[1]["verdict_f1"], "f1_higher": c[1]["verdict_f1"] >
+            g[1]["verdict_f1"], "cure_well_formed": c[1]["well_formed"],
+            "well_formed_90": c[1]["well_formed"] >= 0.9,
+            "cure_pass1": cure["pass1"], "grpo_pass1": grpo["pass1"],
+            "pass1_within_2": cure["pass1"] >= grpo["pass1"] - 0.02}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True, help="the CURE config (its method must be cure)")
+    ap.add_argument("--workdir", default="runs/bench_cure")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the config's)")
+    ap.add_argument("--questions", type=int, default=256)
+    ap.add_argument("--n", type=int, default=8, help="samples per question for pass@1 and majority voting")
+    ap.add_argument("--rounds", type=int, default=2, help="self-refinement rounds")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    base = load_config_file(args.config)
+    if base.method.name != "cure":
+        raise SystemExit(f"--config {args.config}: method.name must be 'cure'")
+    # Both arms critique with the CURE run's budget at test time (the GRPO arm's method knobs are dropped).
+    critique_tokens = int(base.method.extra.critique_max_new_tokens)
+
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)
+    from jaxrl_reason.experiment.pipeline import run
+
+    t0 = time.time()
+    root = os.path.abspath(args.workdir)
+    per_seed = {}
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        evals = {}
+        for arm in ARMS:
+            cfg = load_config_file(args.config)
+            if arm == "grpo":
+                as_plain_grpo(cfg, verify_warmup=True)
+            cfg.seed = seed
+            cfg.workdir = os.path.join(root, f"seed{seed}", arm)
+            cfg.rl.progress = not args.no_progress
+            if args.rl_steps:
+                cfg.rl.steps = args.rl_steps
+            if arm == "cure":
+                share_warmup(os.path.join(root, f"seed{seed}", "grpo"), cfg.workdir)
+            if not trained(cfg):
+                print(f"== seed {seed} {arm}: {cfg.rl.steps} RL steps in {cfg.workdir}", flush=True)
+                run(cfg)
+            results = json.load(open(os.path.join(cfg.workdir, "results.json")))
+            results.setdefault("rollouts_per_step", cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt)
+            json.dump(results, open(os.path.join(cfg.workdir, "results.json"), "w"), indent=2)
+            print(f"== seed {seed} {arm}: evaluating", flush=True)
+            evals[arm] = evaluate_arm(cfg, questions=args.questions, n=args.n, rounds=args.rounds,
+                                      critique_tokens=critique_tokens, progress=not args.no_progress)
+        per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cure"])}
+
+    lines = ["| seed | arm | pass@1 | " + " | ".join(f"round {t} acc / tokens" for t in range(args.rounds + 1))
+             + " | maj at round-1 tokens | verdict F1 (round 1) | well-formed | train tokens (M) |",
+             "|---|---|---|" + "---|" * (args.rounds + 1) + "---|---|---|---|"]
+    for seed, res in per_seed.items():
+        for arm in ARMS:
+            e = res["evals"][arm]
+            rows = e["refinement"]["rows"]
+            lines.append(f"| {seed} | {arm} | {e['pass1']:.3f} | "
+                         + " | ".join(f"{r['acc']:.3f} / {r['tokens']:.0f}" for r in rows)
+                         + f" | {rows[1]['majority_same_tokens']:.3f} | {rows[1]['verdict_f1']:.3f} | "
+                         f"{rows[1]['well_formed']:.3f} | {e['train_tokens'] / 1e6:.2f} |")
+    keys = ("cure_gain", "grpo_gain", "cure_f1", "grpo_f1", "cure_well_formed", "cure_pass1", "grpo_pass1")
+    med = {k: float(np.median([r["checks"][k] for r in per_seed.values()])) for k in keys}
+    lines += ["", "Medians over seeds: " + ", ".join(f"{k} {v:.3f}" for k, v in med.items()), "",
+              f"1. CURE gain > 0 and > GRPO's: {med['cure_gain'] > 0 and med['cure_gain'] > med['grpo_gain']}",
+              f"2. CURE verdict F1 > GRPO's: {med['cure_f1'] > med['grpo_f1']}",
+              f"3. CURE critiques >= 90% well-formed: {med['cure_well_formed'] >= 0.9}",
+              f"4. CURE pass@1 >= GRPO's - 2 points: {med['cure_pass1'] >= med['grpo_pass1'] - 0.02}"]
+    table = "\n".join(lines)
+    print("\n" + table)
+    json.dump({"per_seed": per_seed, "medians": med, "args": vars(args), "seconds": time.time() - t0},
+              open(os.path.join(root, "summary.json"), "w"), indent=2)
+    open(os.path.join(root, "summary.md"), "w").write(table + "\n")
+    return per_seed
+
+
+if __name__ == "__main__":
+    main()
