@@ -12,7 +12,7 @@ from jaxrl_reason.data import graph_path as gp
 from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, parse_critique
 
 # A hand-made instance: start A, arms A-B-C, A-D-E, A-F-G; the goal G.
-Q = "Edges: B-C, A-B, D-E, G-F, A-D, F-A\nFind a path from A to G."
+Q = "Edges: B C, A B, D E, F G, A D, A F\nFind a path from A to G."
 
 
 def _sol(nodes: str) -> str:
@@ -21,13 +21,13 @@ def _sol(nodes: str) -> str:
 
 def test_checker_on_hand_made_solutions():
     assert gp.check(Q, _sol("A F G"))
-    assert gp.check(Q, "A -> F\nF -> G\n\\boxed{A F G}")
+    assert gp.check(Q, "- A F\n- F G\n\\boxed{A F G}")  # with or without the space after the brace
     assert gp.error_kind(Q, "A B C".split()) == "wrong_end"
     assert gp.error_kind(Q, "A G".split()) == "non_edge"
     assert gp.error_kind(Q, "F G".split()) == "wrong_start"
     assert gp.error_kind(Q, "A F A F G".split()) == "revisit"
     assert gp.error_kind(Q, None) == "no_answer"
-    assert not gp.check(Q, "A -> F\nF -> G")  # no boxed answer
+    assert not gp.check(Q, "- A F\n- F G")  # no boxed answer
     assert not gp.check(Q, "\\boxed{A, F, 7}")
     r = gp.graph_path_reward([_sol("A F G"), _sol("A D E")], [gp.Example(Q, "A F G", "x")] * 2)
     np.testing.assert_array_equal(r.scores, [1.0, 0.0])
@@ -165,3 +165,111 @@ def test_warmup_runs_end_to_end_on_the_testbed(tmp_path):
     model, report = warmed_up_policy(rc, tok, task, str(tmp_path))
     assert report["sft_seconds"] > 0
     assert (tmp_path / "sft_model" / "config.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The other testbed tasks: graph colouring and 4x4 Latin squares (same contract as graph_path)
+# ---------------------------------------------------------------------------------------------------------------
+from jaxrl_reason.data import graph_colour as gc  # noqa: E402
+from jaxrl_reason.data import latin_square as ls  # noqa: E402
+
+# A hand-made colouring instance: a path A-B-C plus the edge A-D.
+CQ = "Edges: A B, C B, A D\nColour the nodes A B C D with r g b so that no edge joins one colour."
+# A hand-made Latin-square puzzle, its one completion A B C D / C D A B / B A D C / D C B A.
+LQ = f"{ls.INSTRUCTION}\nGrid: A x C D, C D x B, x A D C, D C B x"
+LSQ = "A B C D C D A B B A D C D C B A".split()
+
+
+def test_colour_checker_on_hand_made_solutions():
+    assert gc.check(CQ, "- A r\n- B g\n- C r\n- D g\n\\boxed{ A r, B g, C r, D g}")
+    assert gc.check(CQ, "\\boxed{A r, B g, C b, D b}")
+    assert gc.error_kind(CQ, [("A", "r"), ("B", "r"), ("C", "g"), ("D", "g")]) == "conflict"
+    assert gc.error_kind(CQ, [("A", "r"), ("B", "g"), ("C", "r")]) == "incomplete"
+    assert gc.error_kind(CQ, [("A", "r"), ("B", "g"), ("C", "r"), ("D", "y")]) == "incomplete"  # not a listed colour
+    assert gc.error_kind(CQ, None) == "no_answer"
+    assert not gc.check(CQ, "- A r\n- B g")
+    r = gc.graph_colour_reward(["\\boxed{ A r, B g, C r, D g}", "\\boxed{ A r, B r, C g, D g}"],
+                               [gc.Example(CQ, "", "x")] * 2)
+    np.testing.assert_array_equal(r.scores, [1.0, 0.0])
+    assert r.details[1]["error_kind"] == "conflict"
+
+
+def test_latin_checker_on_hand_made_solutions():
+    assert ls.check(LQ, ls.solution_text(LSQ))
+    assert ls.check(LQ, "\\boxed{A B C D, C D A B, B A D C, D C B A}")
+    bad = list(LSQ)
+    bad[0] = "B"  # a given rewritten
+    assert ls.error_kind(LQ, bad) == "given_changed"
+    bad = list(LSQ)
+    bad[1] = "A"  # the blank of row 0 filled with A, which the row has
+    assert ls.error_kind(LQ, bad) == "row_repeat"
+    swapped = "A B C D C D A B D A B C B C D A".split()  # rows fine, but the givens of rows 2 and 3 rewritten
+    assert ls.error_kind(LQ, swapped) == "given_changed"
+    blank = f"{ls.INSTRUCTION}\nGrid: " + ", ".join(["x x x x"] * 4)
+    assert ls.error_kind(blank, "A B C D B A D C A B C D D C B A".split()) == "col_repeat"  # rows 0 and 2 equal
+    assert ls.error_kind(LQ, None) == "no_answer"
+    assert ls.text_error_kind(LQ, "\\boxed{A B C}") == "bad_grid"
+    assert not ls.check(LQ, "A B C D C D A B B A D C D C B A")  # no box
+
+
+@pytest.mark.parametrize("mod,kinds", [(gc, gc.INJECTABLE_KINDS), (ls, ls.INJECTABLE_KINDS)])
+def test_other_injectors_write_only_wrong_solutions_of_the_named_kind(mod, kinds):
+    rng = np.random.default_rng(0)
+    exs = (gc.graph_colour_examples(40, seed=2) if mod is gc else ls.latin_square_examples(40, seed=2))
+    for e in exs:
+        assert mod.check(e.question, e.solution)
+        for kind in kinds:
+            if mod is ls and not ls.can_inject(e, kind):
+                continue
+            wrong = mod.inject_error(e, kind, rng)
+            assert mod.error_kind(e.question, wrong) == kind, (e.question, wrong)
+            assert not mod.check(e.question, mod.solution_text(wrong))
+
+
+@pytest.mark.parametrize("mod", [gc, ls])
+def test_other_tasks_critiques_parse_and_corrections_pass(mod):
+    exs = gc.graph_colour_examples(20, seed=4) if mod is gc else ls.latin_square_examples(20, seed=4)
+    rows = mod.auxiliary_rows(exs, verify=20, critique=30, correct=20, seed=1)
+    fmts = [r.meta["format"] for r in rows]
+    assert (fmts.count("verify"), fmts.count("critique"), fmts.count("correct")) == (20, 30, 20)
+    verdicts = []
+    for r in rows:
+        if r.meta["format"] == "critique":
+            c = parse_critique(r.solution)
+            assert c.format_errors == (), (r.solution, c.format_errors)
+            solution = r.question.split("Solution:\n")[1].split("\n\nReply with")[0]
+            question = r.question.split("Problem:\n")[1].split("\n\nSolution:")[0]
+            assert c.error_found is (not mod.check(question, solution))
+            verdicts.append(c.error_found)
+            if c.error_found:
+                assert c.quote in solution
+            # The hint never names a symbol or a colour of the answer.
+            assert not re.search(r"\b[A-Za-z]\b", c.hint.replace(" a ", " ")), c.hint
+        elif r.meta["format"] == "correct":
+            attempt = r.question.split("earlier attempt at this problem:\n")[1].split("\n\nReview the attempt")[0]
+            assert mod.check(r.meta["question"], r.solution) and not mod.check(r.meta["question"], attempt)
+        else:
+            q = r.question.split("Problem:\n")[1].split("\n\nSolution:")[0]
+            s = r.question.split("Solution:\n")[1].split("\n\nIs this solution")[0]
+            assert (r.solution == VERIFY_YES) == mod.check(q, s)
+    assert 0 < sum(verdicts) < len(verdicts)
+
+
+@pytest.mark.parametrize("source", ["graph_colour", "latin_square"])
+def test_other_sources_build_through_the_config(tmp_path, source):
+    from jaxrl_reason.configs.testbed_latin import get_config
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.warmup import sft_examples
+
+    c = get_config()
+    c.data.source = source
+    c.data.train_size, c.data.heldout_size = 200, 16
+    c.sft.examples, c.sft.aux_verify_share, c.sft.aux_critique_share = 40, 0.5, 0.25
+    rc = read_run_config(c)
+    task = build_data(rc.data, rc.seed)
+    assert len(task.heldout) == 16 and not {e.question for e in task.heldout} & {e.question for e in task.train}
+    np.testing.assert_array_equal(task.reward_fn([e.solution for e in task.heldout], task.heldout).scores, 1.0)
+    rows, _ = sft_examples(rc, task)
+    fmts = [r.meta.get("format", "solve") for r in rows]
+    assert (fmts.count("solve"), fmts.count("verify"), fmts.count("critique")) == (40, 20, 10)

@@ -1,13 +1,16 @@
 """Preconditions of the checking-is-easier testbed (docs/results/testbed.md), measured before any RL:
 
-    python experiments/research/testbed_probe.py [--config experiments/configs/testbed_rlv.py] [--vote-questions 256]
+    python experiments/research/testbed_probe.py [--config jaxrl_reason/configs/testbed_latin.py] \
+        [--latin-blanks 10] [--set sft.aux_verify_share=0.0 ...] [--contrast] [--vote-questions 256]
 
 1. the warmed-up policy's accuracy at the training temperature (fresh samples of held-out questions), and the
-   error kinds of its wrong samples (`data.graph_path.error_kind`, counted);
-2. the policy's own verifier (P("Yes") on the RL^V verify prompt) on those samples right after the warm-up, which
-   taught the verify format from injected errors only: pooled balanced accuracy and AUROC within a question;
+   error kinds of its wrong samples (the source module's `text_error_kind`, counted; any of graph_path,
+   graph_colour, latin_square);
+2. the policy's own verifier (P("Yes") on the RL^V verify prompt) on those samples right after the warm-up;
 3. the same after an offline verifier warm-up on the policy's own labelled samples of training questions
-   (`train/verify_warmup.py`), i.e. the verifier RL^V could reach.
+   (`train/verify_warmup.py`), i.e. the verifier RL^V could reach; with --contrast also on (worked solution,
+   "Yes") / (injected wrong solution, "No") pairs, the wrong kinds drawn from the task's INJECT_WEIGHTS.
+The SFT model is kept in <workdir>/sft_model and reused by a later call with the same workdir.
 Scores come from `inference.test_time.evaluate` and `inference.diagnostics.verifier_quality`.
 """
 from __future__ import annotations
@@ -25,14 +28,21 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
-def error_counts(examples, samples) -> dict:
-    """Counts of `error_kind` over every wrong sample ({kind: count})."""
-    from jaxrl_reason.data.graph_path import error_kind, parse_path
+def sample_error_kind(source: str):
+    """The testbed source's `(question, completion text) -> error kind or None` (None: a right answer)."""
+    import importlib
 
+    mod = importlib.import_module(f"jaxrl_reason.data.{source}")
+    return mod.text_error_kind
+
+
+def error_counts(examples, samples, source: str = "graph_path") -> dict:
+    """Counts of the task's error kind over every wrong sample ({kind: count})."""
+    kind_of = sample_error_kind(source)
     c = collections.Counter()
     for e, row in zip(examples, samples):
         for text in row["completions"]:
-            kind = error_kind(e.question, parse_path(text))
+            kind = kind_of(e.question, text)
             if kind is not None:
                 c[kind] += 1
     return dict(c)
@@ -59,6 +69,13 @@ def main():
     p.add_argument("--graph-arms", type=int, default=0, help="data.graph_arms (0 = the config's)")
     p.add_argument("--graph-arm-len", type=int, default=0, help="data.graph_arm_len (0 = the config's)")
     p.add_argument("--sft-steps", type=int, default=0, help="sft.steps (0 = the config's)")
+    p.add_argument("--contrast", action="store_true",
+                   help="also train the offline verifier on (worked solution, Yes) / (injected wrong one, No) pairs "
+                        "of each training question, the wrong one drawn from the task's INJECT_WEIGHTS mix")
+    p.add_argument("--latin-blanks", type=int, default=0,
+                   help="latin_square blanks per grid (0 = the config's data.latin_blanks)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KNOB=VALUE",
+                   help="override any config knob, e.g. --set sft.lr=1e-3 (repeatable)")
     args = p.parse_args()
 
     from absl import logging
@@ -77,6 +94,13 @@ def main():
                                  ("sft", "steps", args.sft_steps)):
         if value:
             setattr(cfg[section], knob, value)
+    for kv in args.set:
+        key, value = kv.split("=", 1)
+        section, knob = key.split(".")
+        old = cfg[section][knob]
+        setattr(cfg[section], knob, type(old)(value) if not isinstance(old, bool) else value.lower() == "true")
+    if args.latin_blanks:
+        cfg.data.latin_blanks = args.latin_blanks
     rc = without_verify_warmup(read_run_config(cfg))
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
@@ -88,21 +112,31 @@ def main():
 
     def record(name, v):
         q = v["verifier"]["self"]
-        wrong = error_counts(task.heldout[:args.vote_questions], v["samples"]) if "samples" in v else None
+        wrong = (error_counts(task.heldout[:args.vote_questions], v["samples"], rc.data.source)
+                 if "samples" in v else None)
         out[name] = {"pass@1": v["strategies"]["pass"]["mean"][0], "error_kinds": wrong,
                      "balanced_accuracy": q["balanced_accuracy"], "auroc": q["auroc"],
                      "within_question_auroc": q["within_question_auroc"], "mixed_questions": q["mixed_questions"]}
         print(name, json.dumps(out[name]), flush=True)
+        if "samples" in v:  # a few of the policy's own samples, to read
+            out[name]["sample_texts"] = [[e.question, row["completions"][:4]] for e, row in
+                                         zip(task.heldout[:4], v["samples"][:4])]
 
     record("after_sft", measure(model, tokenizer, task.heldout, rc, args, task.reward_fn))
     json.dump(out, open(os.path.join(workdir, "probe.json"), "w"), indent=2)
+    contrast_fn = None
+    if args.contrast:
+        import importlib
+
+        mod = importlib.import_module(f"jaxrl_reason.data.{rc.data.source}")
+        contrast_fn = lambda e, rng: mod.solution_text(mod._wrong(e, rng)[0])  # noqa: E731
     t = time.time()
     res = verify_warmup(model, tokenizer, task.train[:args.verify_questions], task.reward_fn, steps=args.verify_steps,
                         batch_size=rc.sft.verify_batch_size, solve_batch_size=rc.sft.verify_solve_rows,
                         lr=args.verify_lr, samples_per_question=args.verify_samples,
                         max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature, seed=rc.seed,
-                        progress=False, prompt_fn=task.prompt_fn)
-    out["verify_warmup"] = {"seconds": time.time() - t, "rows": res["rows"],
+                        progress=False, prompt_fn=task.prompt_fn, contrast_fn=contrast_fn)
+    out["verify_warmup"] = {"seconds": time.time() - t, "rows": res["rows"], "contrast_rows": res["contrast_rows"],
                             "positive_frac_sampled": res["positive_frac_sampled"],
                             "before_bal_acc": res["before"]["balanced_acc"],
                             "after_bal_acc": res["after"]["balanced_acc"]}

@@ -7,9 +7,13 @@ first hop to be right, which a left-to-right reader can only know by searching f
 path-star task). Each instance also yields, from the same graph, wrong solutions of a named error kind, CURE
 critiques of them (METHODS §3's four fields) and corrections (wrong attempt -> right solution) for CIPO.
 
-Text formats (nodes are single capital letters):
-    question  "Edges: A-K, K-D, ...\nFind a path from A to D."
-    solution  "A -> K\nK -> D\n\\boxed{A K D}"        (one hop per line, then the boxed node sequence)
+Text formats (nodes are single capital letters; every edge is written "parent child", pointing away from the
+start, so following the path is a look-up and only the first hop needs the search):
+    question  "Edges: K D, A K, ...\nFind a path from A to D."
+    solution  "- A K\n- K D\n\\boxed{ A K D}"    (one hop per line, each a copy of the listed edge it uses, then the
+                                                  boxed node sequence)
+Every node letter is written after a space (" K"), so under the task-trained BPE a node is the same token in the
+edge list, in the hop lines and in the boxed path: a hop is a copy of a listed bigram.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ ERROR_KINDS = ("no_answer", "wrong_start", "non_edge", "revisit", "wrong_end")
 # The kinds `inject_error` can write (no_answer is a format failure, not a reasoning error).
 INJECTABLE_KINDS = ("wrong_start", "non_edge", "revisit", "wrong_end")
 _QUESTION_RE = re.compile(r"^Edges: (?P<edges>.*)\nFind a path from (?P<s>[A-Z]) to (?P<t>[A-Z])\.$")
+_EDGE_RE = re.compile(r"^([A-Z])[ -]([A-Z])$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +65,7 @@ def make_instance(rng: np.random.Generator, config: GraphPathConfig) -> dict:
     edges = []
     for arm in arms:
         chain = [start] + list(arm)
-        edges += [(a, b) if rng.random() < 0.5 else (b, a) for a, b in zip(chain, chain[1:])]
+        edges += list(zip(chain, chain[1:]))  # "parent child": pointing away from the start
     order = rng.permutation(len(edges))
     edges = [edges[i] for i in order]
     goal_arm = int(rng.integers(config.arms))
@@ -70,7 +75,7 @@ def make_instance(rng: np.random.Generator, config: GraphPathConfig) -> dict:
 
 
 def question_text(inst: dict) -> str:
-    edges = ", ".join(f"{a}-{b}" for a, b in inst["edges"])
+    edges = ", ".join(f"{a} {b}" for a, b in inst["edges"])
     return f"Edges: {edges}\nFind a path from {inst['start']} to {inst['goal']}."
 
 
@@ -79,14 +84,31 @@ def parse_question(question: str) -> tuple[set, str, str]:
     m = _QUESTION_RE.match(question.strip())
     if m is None:
         raise ValueError(f"not a graph_path question: {question[:60]!r}")
-    edges = {_edge(*e.split("-")) for e in m.group("edges").split(", ")}
+    edges = set()
+    for e in m.group("edges").split(", "):
+        em = _EDGE_RE.match(e.strip())
+        if em is None:
+            raise ValueError(f"not a graph_path edge: {e!r}")
+        edges.add(_edge(*em.groups()))
     return edges, m.group("s"), m.group("t")
 
 
+def hop_line(a: str, b: str) -> str:
+    """One hop of the worked solution: a copy of the listed edge "a b" it moves along."""
+    return f"- {a} {b}"
+
+
+def boxed_path(path: Sequence[str]) -> str:
+    """The boxed node sequence. A space after the brace keeps the first node the token " A" it is everywhere else
+    (without it the BPE's pre-tokenizer makes "{A" one piece: the policy miswrote that first node in 967 of 1,024
+    samples, docs/results/testbed.md)."""
+    return "\\boxed{ " + " ".join(path) + "}"
+
+
 def solution_text(path: Sequence[str]) -> str:
-    """The worked-solution format: one hop per line, then the boxed node sequence."""
-    hops = [f"{a} -> {b}" for a, b in zip(path, path[1:])]
-    return "\n".join(hops + [f"\\boxed{{{' '.join(path)}}}"])
+    """The worked-solution format: one hop per line (each a copy of the listed edge), then the boxed path."""
+    hops = [hop_line(a, b) for a, b in zip(path, path[1:])]
+    return "\n".join(hops + [boxed_path(path)])
 
 
 def parse_path(text: str) -> Optional[list[str]]:
@@ -115,6 +137,11 @@ def error_kind(question: str, path: Optional[Sequence[str]]) -> Optional[str]:
     if path[-1] != t or len(path) < 2:
         return "wrong_end"
     return None
+
+
+def text_error_kind(question: str, text: str) -> Optional[str]:
+    """`error_kind` of a completion text's boxed path (None: right)."""
+    return error_kind(question, parse_path(text))
 
 
 def check(question: str, text: str) -> bool:
@@ -211,10 +238,10 @@ def critique_text(question: str, path: Sequence[str], kind: Optional[str]) -> st
         return ("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: none\n"
                 f"HIGH_LEVEL_HINT: {GENERIC_HINT}")
     if len(path) < 2:
-        quote = f"\\boxed{{{' '.join(path)}}}"
+        quote = boxed_path(path)
     else:
         i = _first_bad_hop(question, path, kind)
-        quote = f"{path[i]} -> {path[i + 1]}"
+        quote = hop_line(path[i], path[i + 1])
     return (f"ERROR_FOUND: true\nERROR_QUOTE: {quote}\nWHY_IT_MATTERS: {_WHY[kind]}\n"
             f"HIGH_LEVEL_HINT: {_HINT[kind]}")
 
@@ -224,8 +251,16 @@ def verify_target(question: str, text: str) -> str:
     return VERIFY_YES if check(question, text) else VERIFY_NO
 
 
+# The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples under this format
+# (docs/results/testbed.md, 2 arms x 3 nodes, 2,500 SFT steps: non_edge 967, wrong_start 49 of 1,016), with a
+# floor of 5% for the kinds it did not make yet, so every kind is seen.
+INJECT_WEIGHTS = {"non_edge": 0.85, "wrong_start": 0.05, "revisit": 0.05, "wrong_end": 0.05}
+
+
 def _wrong(e: Example, rng: np.random.Generator) -> tuple[list[str], str]:
-    kind = INJECTABLE_KINDS[int(rng.integers(len(INJECTABLE_KINDS)))]
+    kinds = list(INJECT_WEIGHTS)
+    p = np.asarray([INJECT_WEIGHTS[k] for k in kinds], float)
+    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
     return inject_error(e, kind, rng), kind
 
 

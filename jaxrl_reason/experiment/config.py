@@ -65,6 +65,7 @@ class DataSection:
     answer_field: str = "answer"  # answer field name for source=file
     graph_arms: int = 3  # source=graph_path: chains off the start node (the first hop is a 1-in-arms choice)
     graph_arm_len: int = 3  # source=graph_path: nodes per chain (the goal ends one chain)
+    latin_blanks: int = 10  # source=latin_square: blank cells of the 16 (the difficulty knob, 1..10)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,289 @@
+"""The third testbed task (docs/methods/testbed.md): complete a 4x4 Latin square (every row and every column holds
+A B C D once) from a grid with blanks. Checking compares cells at fixed offsets (row mates, column mates, the
+givens of the question); filling a blank needs the constraints of its row and column together, and with several
+blanks in a line a search.
+
+Every puzzle has exactly one completion (checked against all 576 squares). Each instance also yields, from the
+same grid, wrong solutions of a named error kind, CURE critiques of them (METHODS §3's four fields) and
+corrections (wrong attempt -> right solution) for CIPO.
+
+Text formats (symbols and the blank mark `x` are letters written after a space, so under the task-trained BPE
+each is one token and a grid is 19 tokens at fixed offsets -- the positional copying a tiny model learns first):
+    question  "Fill each x so that every row and every column holds A B C D once.\\nGrid: A x C D, C D x B, ..."
+    solution  "\\\\boxed{ A B C D, C D A B, B A D C, D C B A}"          (the four rows, in order)
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+
+from jaxrl_reason.data.datasets import Example
+from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, verify_prompt
+from jaxrl_reason.rewards.base import RewardResult
+from jaxrl_reason.rewards.math import extract_boxed
+
+N = 4
+SYMBOLS = "ABCD"
+BLANK = "x"
+# The constraint a wrong answer violates first, in the order `error_kind` checks them.
+ERROR_KINDS = ("no_answer", "bad_grid", "given_changed", "row_repeat", "col_repeat")
+INJECTABLE_KINDS = ("given_changed", "row_repeat", "col_repeat")
+INSTRUCTION = "Fill each x so that every row and every column holds A B C D once."
+_QUESTION_RE = re.compile(r"^" + re.escape(INSTRUCTION) + r"\nGrid: (?P<grid>.*)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class LatinConfig:
+    # blank cells of the 16, the difficulty knob: after 1,500 SFT steps the 4 x 128 policy samples 80% right at 6
+    # blanks and 39% at 10 (docs/results/testbed.md)
+    blanks: int = 10
+
+    def __post_init__(self):
+        if not 1 <= self.blanks <= 10:
+            raise ValueError(f"latin_square blanks={self.blanks} must be in [1, 10] (more has no unique completion)")
+
+
+DEFAULT_CONFIG = LatinConfig()  # the registered source builds its own from `data.latin_blanks`
+
+
+@functools.lru_cache(maxsize=1)
+def all_squares() -> tuple:
+    """All 576 4x4 Latin squares over SYMBOLS, each a tuple of 16 symbols (row-major)."""
+    rows = list(itertools.permutations(SYMBOLS))
+    out = []
+    for r in itertools.product(rows, repeat=N):
+        if all(len({r[i][j] for i in range(N)}) == N for j in range(N)):
+            out.append(tuple(c for row in r for c in row))
+    return tuple(out)
+
+
+def grid_text(cells: Sequence[str]) -> str:
+    return ", ".join(" ".join(cells[i * N:(i + 1) * N]) for i in range(N))
+
+
+def _parse_grid(text: str, allowed: str) -> Optional[list[str]]:
+    rows = [r.split() for r in text.split(",")]
+    if len(rows) != N or any(len(r) != N for r in rows) or any(c not in allowed or len(c) != 1
+                                                                 for r in rows for c in r):
+        return None
+    return [c for r in rows for c in r]
+
+
+def make_instance(rng: np.random.Generator, config: LatinConfig) -> dict:
+    """{"square": 16 symbols, "puzzle": 16 cells with BLANK}: a uniform square, blanks with a unique completion."""
+    squares = all_squares()
+    for _ in range(1000):
+        sq = squares[int(rng.integers(len(squares)))]
+        holes = set(int(i) for i in rng.choice(N * N, size=config.blanks, replace=False))
+        puzzle = [BLANK if i in holes else c for i, c in enumerate(sq)]
+        fits = sum(all(p == BLANK or p == s for p, s in zip(puzzle, other)) for other in squares)
+        if fits == 1:
+            return {"square": list(sq), "puzzle": puzzle}
+    raise ValueError(f"latin_square: no puzzle with a unique completion at {config}; lower blanks")
+
+
+def question_text(inst: dict) -> str:
+    return f"{INSTRUCTION}\nGrid: {grid_text(inst['puzzle'])}"
+
+
+def parse_question(question: str) -> list[str]:
+    m = _QUESTION_RE.match(question.strip())
+    cells = _parse_grid(m.group("grid"), SYMBOLS + BLANK) if m else None
+    if cells is None:
+        raise ValueError(f"not a latin_square question: {question[:60]!r}")
+    return cells
+
+
+def solution_text(cells: Sequence[str]) -> str:
+    return "\\boxed{ " + grid_text(cells) + "}"
+
+
+def parse_answer(text: str) -> Optional[list[str]]:
+    """The boxed grid of a model output (16 cells, any letters), or None when there is no box."""
+    boxed = extract_boxed(text) if isinstance(text, str) else None
+    if boxed is None:
+        return None
+    return _parse_grid(boxed, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") or []
+
+
+def _lines(cells):
+    rows = [[cells[i * N + j] for j in range(N)] for i in range(N)]
+    cols = [[cells[i * N + j] for i in range(N)] for j in range(N)]
+    return rows, cols
+
+
+def error_kind(question: str, cells: Optional[Sequence[str]]) -> Optional[str]:
+    """The first constraint `cells` violates (ERROR_KINDS), or None when it is the completion: a 4x4 grid of
+    A-D, every given kept, no symbol twice in a row, no symbol twice in a column."""
+    puzzle = parse_question(question)
+    if cells is None:
+        return "no_answer"
+    if len(cells) != N * N or any(c not in SYMBOLS for c in cells):
+        return "bad_grid"
+    if any(p != BLANK and p != c for p, c in zip(puzzle, cells)):
+        return "given_changed"
+    rows, cols = _lines(cells)
+    if any(len(set(r)) != N for r in rows):
+        return "row_repeat"
+    if any(len(set(c)) != N for c in cols):
+        return "col_repeat"
+    return None
+
+
+def text_error_kind(question: str, text: str) -> Optional[str]:
+    return error_kind(question, parse_answer(text))
+
+
+def check(question: str, text: str) -> bool:
+    return text_error_kind(question, text) is None
+
+
+def latin_square_reward(texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
+    """Reward 1 for the boxed completion; details name the violated constraint. Never raises on model output."""
+    scores, details = [], []
+    for text, e in zip(texts, examples):
+        cells = parse_answer(text)
+        kind = error_kind(e.question, cells)
+        scores.append(float(kind is None))
+        details.append({"error_kind": kind or "none", "extracted": grid_text(cells) if cells else None})
+    return RewardResult(np.asarray(scores, np.float32), details)
+
+
+def latin_square_examples(n: int, *, seed: int, config: Optional[LatinConfig] = None) -> list[Example]:
+    config = config or DEFAULT_CONFIG
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        inst = make_instance(rng, config)
+        out.append(Example(question=question_text(inst), answer=grid_text(inst["square"]),
+                           id=f"latin_square-{seed}-{i}", solution=solution_text(inst["square"]),
+                           meta={"source": "latin_square", **inst}))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Wrong solutions of a named kind, and what they teach: verify rows, critiques, corrections
+# ----------------------------------------------------------------------------------------------------------------
+def inject_error(e: Example, kind: str, rng: np.random.Generator) -> list[str]:
+    """A wrong grid for `e` whose first violated constraint is `kind` (INJECTABLE_KINDS):
+    given_changed: a given cell rewritten; row_repeat: a blank filled with a symbol its row already has;
+    col_repeat: two blanks of one row swapped (the row still holds A-D once, both columns now repeat; needs a row
+    with two blanks, `can_inject`)."""
+    sq, puzzle = list(e.meta["square"]), e.meta["puzzle"]
+    blanks = [i for i, p in enumerate(puzzle) if p == BLANK]
+    if kind == "given_changed":
+        i = [j for j, p in enumerate(puzzle) if p != BLANK][int(rng.integers(N * N - len(blanks)))]
+        sq[i] = [s for s in SYMBOLS if s != sq[i]][int(rng.integers(N - 1))]
+        return sq
+    if kind == "row_repeat":
+        i = blanks[int(rng.integers(len(blanks)))]
+        r = i // N
+        sq[i] = sq[r * N + [j for j in range(N) if r * N + j != i][int(rng.integers(N - 1))]]
+        return sq
+    if kind == "col_repeat":
+        pairs = [(a, b) for a, b in itertools.combinations(blanks, 2) if a // N == b // N]
+        if pairs:  # swap two blanks of one row: the row keeps A-D once, both columns now repeat
+            a, b = pairs[int(rng.integers(len(pairs)))]
+            sq[a], sq[b] = sq[b], sq[a]
+            return sq
+        raise ValueError("col_repeat needs a row with two blanks (can_inject)")
+    raise ValueError(f"error kind {kind!r} is unknown; use {' | '.join(INJECTABLE_KINDS)}")
+
+
+def can_inject(e: Example, kind: str) -> bool:
+    blanks = [i for i, p in enumerate(e.meta["puzzle"]) if p == BLANK]
+    if kind == "col_repeat":
+        return any(a // N == b // N for a, b in itertools.combinations(blanks, 2))
+    return True
+
+
+def first_fault(question: str, cells: Sequence[str], kind: str) -> int:
+    """The row index holding the earliest error of `kind` (for col_repeat: the row of the later repeated cell)."""
+    puzzle = parse_question(question)
+    if kind == "given_changed":
+        return next(i for i, (p, c) in enumerate(zip(puzzle, cells)) if p != BLANK and p != c) // N
+    rows, cols = _lines(cells)
+    if kind == "row_repeat":
+        return next(r for r, row in enumerate(rows) if len(set(row)) != N)
+    j = next(j for j, col in enumerate(cols) if len(set(col)) != N)
+    col = cols[j]
+    return next(r for r in range(N) if col[r] in col[:r])
+
+
+_WHY = {
+    "given_changed": "This row rewrites a cell the grid already gives, so the answer is not a completion of it.",
+    "row_repeat": "This row holds one symbol twice, so it cannot hold all four symbols once.",
+    "col_repeat": "This row puts a symbol into a column that already holds it, so that column repeats a symbol.",
+}
+_HINT = {
+    "given_changed": "Copy every given cell unchanged first, and only then decide what goes into the blank cells.",
+    "row_repeat": "For each blank, list the symbols its row already holds and pick one that is still missing.",
+    "col_repeat": "For each blank, rule out the symbols already in its row and also those already in its column.",
+}
+GENERIC_HINT = "Fill first the blanks whose row or column has a single gap, then use those to settle the rest."
+
+
+def critique_text(question: str, cells: Sequence[str], kind: Optional[str]) -> str:
+    """The four-field critique (METHODS §3): the quote is the faulty row as the answer writes it; the hint names
+    the violated constraint as a strategy, never a symbol of the answer."""
+    if kind is None:
+        return ("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: none\n"
+                f"HIGH_LEVEL_HINT: {GENERIC_HINT}")
+    r = first_fault(question, cells, kind)
+    quote = " ".join(cells[r * N:(r + 1) * N])
+    return (f"ERROR_FOUND: true\nERROR_QUOTE: {quote}\nWHY_IT_MATTERS: {_WHY[kind]}\n"
+            f"HIGH_LEVEL_HINT: {_HINT[kind]}")
+
+
+def verify_target(question: str, text: str) -> str:
+    return VERIFY_YES if check(question, text) else VERIFY_NO
+
+
+# The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples at 10 blanks
+# (docs/results/testbed.md: col_repeat 329, given_changed 182, row_repeat 91 of its 627 wrong samples; the other
+# 25 were unparsable grids, a format failure, not injected).
+INJECT_WEIGHTS = {"col_repeat": 0.55, "given_changed": 0.30, "row_repeat": 0.15}
+
+
+def _wrong(e: Example, rng: np.random.Generator) -> tuple[list[str], str]:
+    kinds = [k for k in INJECT_WEIGHTS if can_inject(e, k)]
+    p = np.asarray([INJECT_WEIGHTS[k] for k in kinds], float)
+    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+    return inject_error(e, kind, rng), kind
+
+
+def auxiliary_rows(examples: Sequence[Example], *, verify: int, critique: int, correct: int,
+                   seed: int) -> list[Example]:
+    """Warm-up rows of the auxiliary formats (as graph_path.auxiliary_rows)."""
+    if min(verify, critique, correct) < 0:
+        raise ValueError("auxiliary_rows: counts must be >= 0")
+    if not examples and verify + critique + correct:
+        raise ValueError("auxiliary_rows: no examples to build auxiliary rows from")
+    rng = np.random.default_rng(seed)
+    rows = []
+
+    def pick(i):
+        return examples[i % len(examples)]
+
+    for i in range(verify):
+        e = pick(i)
+        cells = e.meta["square"] if i % 2 == 0 else _wrong(e, rng)[0]
+        sol = solution_text(cells)
+        rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/verify{i}", verify_target(e.question, sol),
+                            {"source": "latin_square", "format": "verify"}))
+    for i in range(critique):
+        e = pick(verify + i)
+        cells, kind = (list(e.meta["square"]), None) if i % 2 == 0 else _wrong(e, rng)
+        rows.append(Example(critique_prompt(e.question, solution_text(cells)), "", f"{e.id}/critique{i}",
+                            critique_text(e.question, cells, kind), {"source": "latin_square", "format": "critique"}))
+    for i in range(correct):
+        e = pick(verify + critique + i)
+        cells, _ = _wrong(e, rng)
+        rows.append(Example(correction_prompt(e.question, solution_text(cells)), e.answer, f"{e.id}/correct{i}",
+                            e.solution, {"source": "latin_square", "format": "correct", "question": e.question}))
+    return rows
