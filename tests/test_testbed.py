@@ -273,3 +273,20 @@ def test_other_sources_build_through_the_config(tmp_path, source):
     rows, _ = sft_examples(rc, task)
     fmts = [r.meta.get("format", "solve") for r in rows]
     assert (fmts.count("solve"), fmts.count("verify"), fmts.count("critique")) == (40, 20, 10)
+
+
+def test_latin_blanks_knob_and_the_cure_preset():
+    from jaxrl_reason.configs.testbed_latin_cure import get_config
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.methods import make_method
+
+    c = get_config()
+    c.data.train_size, c.data.heldout_size = 40, 8
+    for blanks in (4, 10):
+        c.data.latin_blanks = blanks
+        task = build_data(read_run_config(c).data, 0)
+        grid = task.train[0].question.split("Grid: ")[1].split("\n")[0]
+        assert grid.split().count("x") + grid.split().count("x,") == blanks
+    assert read_run_config(c).sft.aux_critique_share == 0.25
+    assert type(make_method(read_run_config(c).method)).__name__ == "CURE"
