@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jaxrl_reason.data.datasets import Example
-from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, verify_prompt
+from jaxrl_reason.data import testbed
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rewards.math import extract_boxed
 
@@ -162,14 +162,8 @@ def check(question: str, text: str) -> bool:
 
 
 def graph_colour_reward(texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
-    """Reward 1 for a valid boxed colouring; details name the violated constraint. Never raises on model output."""
-    scores, details = [], []
-    for text, e in zip(texts, examples):
-        a = parse_colouring(text)
-        kind = error_kind(e.question, a)
-        scores.append(float(kind is None))
-        details.append({"error_kind": kind or "none", "extracted": ", ".join(f"{v} {c}" for v, c in a) if a else None})
-    return RewardResult(np.asarray(scores, np.float32), details)
+    """Reward 1 for a right answer; details name the violated constraint. Never raises on model output."""
+    return testbed.reward(TASK, texts, examples)
 
 
 def _gold(inst: dict) -> list[tuple]:
@@ -239,7 +233,7 @@ def critique_text(question: str, assignment: Sequence[tuple], kind: Optional[str
 
 
 def verify_target(question: str, text: str) -> str:
-    return VERIFY_YES if check(question, text) else VERIFY_NO
+    return testbed.verify_target(TASK, question, text)
 
 
 # The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples (docs/results/testbed.md,
@@ -247,42 +241,17 @@ def verify_target(question: str, text: str) -> str:
 INJECT_WEIGHTS = {"incomplete": 0.95, "conflict": 0.05}
 
 
-def _wrong(e: Example, rng: np.random.Generator) -> tuple[list[tuple], str]:
-    kinds = list(INJECT_WEIGHTS)
-    p = np.asarray([INJECT_WEIGHTS[k] for k in kinds], float)
-    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
-    return inject_error(e, kind, rng), kind
+def _wrong(e: Example, rng: np.random.Generator):
+    return testbed.injected_wrong(TASK, e, rng)
 
 
 def auxiliary_rows(examples: Sequence[Example], *, verify: int, critique: int, correct: int,
                    seed: int) -> list[Example]:
-    """Warm-up rows of the auxiliary formats (as graph_path.auxiliary_rows): `verify` RL^V rows (half right, half
-    wrong; "Yes"/"No"), `critique` CURE critiques (half of wrong, half of right solutions), `correct` CIPO
-    corrections (wrong attempt -> the worked solution). Examples are cycled when a count exceeds them."""
-    if min(verify, critique, correct) < 0:
-        raise ValueError("auxiliary_rows: counts must be >= 0")
-    if not examples and verify + critique + correct:
-        raise ValueError("auxiliary_rows: no examples to build auxiliary rows from")
-    rng = np.random.default_rng(seed)
-    rows = []
+    """Warm-up rows of the auxiliary formats (`data.testbed.auxiliary_rows`): verify rows, critiques, corrections."""
+    return testbed.auxiliary_rows(TASK, examples, verify=verify, critique=critique, correct=correct, seed=seed)
 
-    def pick(i):
-        return examples[i % len(examples)]
 
-    for i in range(verify):
-        e = pick(i)
-        a = _gold(e.meta) if i % 2 == 0 else _wrong(e, rng)[0]
-        sol = solution_text(a)
-        rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/verify{i}", verify_target(e.question, sol),
-                            {"source": "graph_colour", "format": "verify"}))
-    for i in range(critique):
-        e = pick(verify + i)
-        a, kind = (_gold(e.meta), None) if i % 2 == 0 else _wrong(e, rng)
-        rows.append(Example(critique_prompt(e.question, solution_text(a)), "", f"{e.id}/critique{i}",
-                            critique_text(e.question, a, kind), {"source": "graph_colour", "format": "critique"}))
-    for i in range(correct):
-        e = pick(verify + critique + i)
-        a, _ = _wrong(e, rng)
-        rows.append(Example(correction_prompt(e.question, solution_text(a)), e.answer, f"{e.id}/correct{i}",
-                            e.solution, {"source": "graph_colour", "format": "correct", "question": e.question}))
-    return rows
+TASK = testbed.TestbedTask(
+    source="graph_colour", gold=lambda e: _gold(e.meta), solution_text=solution_text, parse=parse_colouring,
+    error_kind=error_kind, answer_text=lambda a: ", ".join(f"{v} {c}" for v, c in a), inject_error=inject_error,
+    inject_weights=INJECT_WEIGHTS, critique_text=critique_text)

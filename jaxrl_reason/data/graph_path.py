@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jaxrl_reason.data.datasets import Example
-from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, verify_prompt
+from jaxrl_reason.data import testbed
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rewards.math import extract_boxed
 
@@ -150,14 +150,8 @@ def check(question: str, text: str) -> bool:
 
 
 def graph_path_reward(texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
-    """Reward 1 for a right boxed path; details name the violated constraint. Never raises on model output."""
-    scores, details = [], []
-    for text, e in zip(texts, examples):
-        path = parse_path(text)
-        kind = error_kind(e.question, path)
-        scores.append(float(kind is None))
-        details.append({"error_kind": kind or "none", "extracted": " ".join(path) if path else None})
-    return RewardResult(np.asarray(scores, np.float32), details)
+    """Reward 1 for a right answer; details name the violated constraint. Never raises on model output."""
+    return testbed.reward(TASK, texts, examples)
 
 
 def graph_path_examples(n: int, *, seed: int, config: GraphPathConfig = GraphPathConfig()) -> list[Example]:
@@ -247,8 +241,7 @@ def critique_text(question: str, path: Sequence[str], kind: Optional[str]) -> st
 
 
 def verify_target(question: str, text: str) -> str:
-    """"Yes" / "No": the RL^V verify target of a solution text, by the exact checker."""
-    return VERIFY_YES if check(question, text) else VERIFY_NO
+    return testbed.verify_target(TASK, question, text)
 
 
 # The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples under this format
@@ -257,43 +250,17 @@ def verify_target(question: str, text: str) -> str:
 INJECT_WEIGHTS = {"non_edge": 0.85, "wrong_start": 0.05, "revisit": 0.05, "wrong_end": 0.05}
 
 
-def _wrong(e: Example, rng: np.random.Generator) -> tuple[list[str], str]:
-    kinds = list(INJECT_WEIGHTS)
-    p = np.asarray([INJECT_WEIGHTS[k] for k in kinds], float)
-    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
-    return inject_error(e, kind, rng), kind
+def _wrong(e: Example, rng: np.random.Generator):
+    return testbed.injected_wrong(TASK, e, rng)
 
 
 def auxiliary_rows(examples: Sequence[Example], *, verify: int, critique: int, correct: int,
                    seed: int) -> list[Example]:
-    """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
-    whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
-    `critique` CURE critiques (half of wrong solutions, half of right ones) and `correct` CIPO corrections (a
-    wrong attempt -> the worked solution). Examples are cycled when a count exceeds them."""
-    if min(verify, critique, correct) < 0:
-        raise ValueError("auxiliary_rows: counts must be >= 0")
-    if not examples and verify + critique + correct:
-        raise ValueError("auxiliary_rows: no examples to build auxiliary rows from")
-    rng = np.random.default_rng(seed)
-    rows = []
+    """Warm-up rows of the auxiliary formats (`data.testbed.auxiliary_rows`): verify rows, critiques, corrections."""
+    return testbed.auxiliary_rows(TASK, examples, verify=verify, critique=critique, correct=correct, seed=seed)
 
-    def pick(i):
-        return examples[i % len(examples)]
 
-    for i in range(verify):
-        e = pick(i)
-        path = e.meta["path"] if i % 2 == 0 else _wrong(e, rng)[0]
-        sol = solution_text(path)
-        rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/verify{i}", verify_target(e.question, sol),
-                            {"source": "graph_path", "format": "verify"}))
-    for i in range(critique):
-        e = pick(verify + i)
-        path, kind = (list(e.meta["path"]), None) if i % 2 == 0 else _wrong(e, rng)
-        rows.append(Example(critique_prompt(e.question, solution_text(path)), "", f"{e.id}/critique{i}",
-                            critique_text(e.question, path, kind), {"source": "graph_path", "format": "critique"}))
-    for i in range(correct):
-        e = pick(verify + critique + i)
-        path, _ = _wrong(e, rng)
-        rows.append(Example(correction_prompt(e.question, solution_text(path)), e.answer, f"{e.id}/correct{i}",
-                            e.solution, {"source": "graph_path", "format": "correct", "question": e.question}))
-    return rows
+TASK = testbed.TestbedTask(
+    source="graph_path", gold=lambda e: list(e.meta["path"]), solution_text=solution_text, parse=parse_path,
+    error_kind=error_kind, answer_text=" ".join, inject_error=inject_error, inject_weights=INJECT_WEIGHTS,
+    critique_text=critique_text)

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jaxrl_reason.data.datasets import Example
-from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, verify_prompt
+from jaxrl_reason.data import testbed
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rewards.math import extract_boxed
 
@@ -144,14 +144,8 @@ def check(question: str, text: str) -> bool:
 
 
 def latin_square_reward(texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
-    """Reward 1 for the boxed completion; details name the violated constraint. Never raises on model output."""
-    scores, details = [], []
-    for text, e in zip(texts, examples):
-        cells = parse_answer(text)
-        kind = error_kind(e.question, cells)
-        scores.append(float(kind is None))
-        details.append({"error_kind": kind or "none", "extracted": grid_text(cells) if cells else None})
-    return RewardResult(np.asarray(scores, np.float32), details)
+    """Reward 1 for a right answer; details name the violated constraint. Never raises on model output."""
+    return testbed.reward(TASK, texts, examples)
 
 
 def latin_square_examples(n: int, *, seed: int, config: Optional[LatinConfig] = None) -> list[Example]:
@@ -241,7 +235,7 @@ def critique_text(question: str, cells: Sequence[str], kind: Optional[str]) -> s
 
 
 def verify_target(question: str, text: str) -> str:
-    return VERIFY_YES if check(question, text) else VERIFY_NO
+    return testbed.verify_target(TASK, question, text)
 
 
 # The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples at 10 blanks
@@ -250,40 +244,17 @@ def verify_target(question: str, text: str) -> str:
 INJECT_WEIGHTS = {"col_repeat": 0.55, "given_changed": 0.30, "row_repeat": 0.15}
 
 
-def _wrong(e: Example, rng: np.random.Generator) -> tuple[list[str], str]:
-    kinds = [k for k in INJECT_WEIGHTS if can_inject(e, k)]
-    p = np.asarray([INJECT_WEIGHTS[k] for k in kinds], float)
-    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
-    return inject_error(e, kind, rng), kind
+def _wrong(e: Example, rng: np.random.Generator):
+    return testbed.injected_wrong(TASK, e, rng)
 
 
 def auxiliary_rows(examples: Sequence[Example], *, verify: int, critique: int, correct: int,
                    seed: int) -> list[Example]:
-    """Warm-up rows of the auxiliary formats (as graph_path.auxiliary_rows)."""
-    if min(verify, critique, correct) < 0:
-        raise ValueError("auxiliary_rows: counts must be >= 0")
-    if not examples and verify + critique + correct:
-        raise ValueError("auxiliary_rows: no examples to build auxiliary rows from")
-    rng = np.random.default_rng(seed)
-    rows = []
+    """Warm-up rows of the auxiliary formats (`data.testbed.auxiliary_rows`): verify rows, critiques, corrections."""
+    return testbed.auxiliary_rows(TASK, examples, verify=verify, critique=critique, correct=correct, seed=seed)
 
-    def pick(i):
-        return examples[i % len(examples)]
 
-    for i in range(verify):
-        e = pick(i)
-        cells = e.meta["square"] if i % 2 == 0 else _wrong(e, rng)[0]
-        sol = solution_text(cells)
-        rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/verify{i}", verify_target(e.question, sol),
-                            {"source": "latin_square", "format": "verify"}))
-    for i in range(critique):
-        e = pick(verify + i)
-        cells, kind = (list(e.meta["square"]), None) if i % 2 == 0 else _wrong(e, rng)
-        rows.append(Example(critique_prompt(e.question, solution_text(cells)), "", f"{e.id}/critique{i}",
-                            critique_text(e.question, cells, kind), {"source": "latin_square", "format": "critique"}))
-    for i in range(correct):
-        e = pick(verify + critique + i)
-        cells, _ = _wrong(e, rng)
-        rows.append(Example(correction_prompt(e.question, solution_text(cells)), e.answer, f"{e.id}/correct{i}",
-                            e.solution, {"source": "latin_square", "format": "correct", "question": e.question}))
-    return rows
+TASK = testbed.TestbedTask(
+    source="latin_square", gold=lambda e: list(e.meta["square"]), solution_text=solution_text, parse=parse_answer,
+    error_kind=error_kind, answer_text=grid_text, inject_error=inject_error, inject_weights=INJECT_WEIGHTS,
+    critique_text=critique_text, can_inject=can_inject)

@@ -76,6 +76,15 @@ def _axes_for(ax, n: int, *, width: float = 4.2, height: float = 3.2) -> list[Ax
     return axes
 
 
+def _single_axes(ax) -> Axes:
+    """`ax`, or the one Axes of a new figure when None; anything else is an error."""
+    if ax is None:
+        return Figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
+    if not isinstance(ax, Axes):
+        raise ValueError(f"ax: expected one matplotlib Axes, got {type(ax).__name__}")
+    return ax
+
+
 def _save(fig: Figure, path) -> None:
     if path is not None:
         directory = os.path.dirname(os.fspath(path))
@@ -188,11 +197,7 @@ def budget_curves(arms: Mapping[str, Sequence[Mapping]], *, path=None, ax=None, 
     """
     if not arms:
         raise ValueError("budget_curves: give at least one arm")
-    if ax is None:
-        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
-        ax = fig.add_subplot()
-    elif not isinstance(ax, Axes):
-        raise ValueError(f"ax: expected one matplotlib Axes, got {type(ax).__name__}")
+    ax = _single_axes(ax)
     for arm, runs in arms.items():
         if not runs:
             raise ValueError(f"arms[{arm!r}]: no runs")
@@ -250,11 +255,7 @@ def test_time_curves(curves: Mapping[str, Sequence[Mapping]], *, x: str = "k", p
         raise ValueError(f"x: expected one of {sorted(_TEST_TIME_X)}, got {x!r}")
     if not curves:
         raise ValueError("curves: no strategies to plot")
-    if ax is None:
-        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
-        ax = fig.add_subplot()
-    elif not isinstance(ax, Axes):
-        raise ValueError(f"ax: expected one matplotlib Axes, got {type(ax).__name__}")
+    ax = _single_axes(ax)
     xs_all = set()
     for name, pts in curves.items():
         p = _points(name, pts, x)

@@ -1,0 +1,94 @@
+"""What the testbed tasks (graph_path, graph_colour, latin_square) share, written once: the reward from a task's
+parser and checker, wrong solutions drawn in the policy's measured error mix, and the warm-up rows of the
+auxiliary formats (RL^V verify rows, CURE critiques, CIPO corrections) built from each task's own instances.
+
+A task module describes itself with a `TestbedTask` and forwards to these functions; docs/methods/testbed.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from jaxrl_reason.data.datasets import Example
+from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, verify_prompt
+from jaxrl_reason.rewards.base import RewardResult
+
+
+class TestbedTask(NamedTuple):
+    """A testbed task's pieces; an *answer* is the task's parsed solution (a path, a colouring, a grid)."""
+
+    source: str  # the data source name, written into each row's meta
+    gold: Callable[[Example], Any]  # the example's right answer
+    solution_text: Callable[[Any], str]  # answer -> the worked-solution text
+    parse: Callable[[str], Any]  # model text -> answer, or None
+    error_kind: Callable[[str, Any], Optional[str]]  # (question, answer) -> first violated constraint, None if right
+    answer_text: Callable[[Any], str]  # answer -> the short form logged as "extracted"
+    inject_error: Callable[[Example, str, np.random.Generator], Any]  # a wrong answer of the named kind
+    inject_weights: Mapping[str, float]  # the policy's measured error mix that injected kinds follow
+    critique_text: Callable[[str, Any, Optional[str]], str]  # (question, answer, kind) -> the four-field critique
+    can_inject: Callable[[Example, str], bool] = lambda e, kind: True  # a kind this instance admits
+
+
+TestbedTask.__test__ = False  # pytest: not a test class
+
+
+def check(task: TestbedTask, question: str, text: str) -> bool:
+    return task.error_kind(question, task.parse(text)) is None
+
+
+def reward(task: TestbedTask, texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
+    """1 for a right answer; details name the violated constraint (`error_kind`). Never raises on model output."""
+    scores, details = [], []
+    for text, e in zip(texts, examples):
+        a = task.parse(text)
+        kind = task.error_kind(e.question, a)
+        scores.append(float(kind is None))
+        details.append({"error_kind": kind or "none", "extracted": task.answer_text(a) if a else None})
+    return RewardResult(np.asarray(scores, np.float32), details)
+
+
+def verify_target(task: TestbedTask, question: str, text: str) -> str:
+    return VERIFY_YES if check(task, question, text) else VERIFY_NO
+
+
+def injected_wrong(task: TestbedTask, e: Example, rng: np.random.Generator) -> tuple[Any, str]:
+    """(a wrong answer, its kind), the kind drawn from `inject_weights` over the kinds this instance admits."""
+    kinds = [k for k in task.inject_weights if task.can_inject(e, k)]
+    if not kinds:
+        raise ValueError(f"{task.source}: example {e.id!r} admits none of the error kinds {list(task.inject_weights)}")
+    p = np.asarray([task.inject_weights[k] for k in kinds], float)
+    kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
+    return task.inject_error(e, kind, rng), kind
+
+
+def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,
+                   seed: int) -> list[Example]:
+    """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
+    whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
+    `critique` CURE critiques (half of wrong solutions, half of right ones) and `correct` CIPO corrections (a
+    wrong attempt -> the worked solution). Examples are cycled when a count exceeds them."""
+    if min(verify, critique, correct) < 0:
+        raise ValueError("auxiliary_rows: counts must be >= 0")
+    if not examples and verify + critique + correct:
+        raise ValueError("auxiliary_rows: no examples to build auxiliary rows from")
+    rng = np.random.default_rng(seed)
+    meta = lambda fmt, **kw: {"source": task.source, "format": fmt, **kw}  # noqa: E731
+    pick = lambda i: examples[i % len(examples)]  # noqa: E731
+    rows = []
+    for i in range(verify):
+        e = pick(i)
+        sol = task.solution_text(task.gold(e) if i % 2 == 0 else injected_wrong(task, e, rng)[0])
+        rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/verify{i}",
+                            verify_target(task, e.question, sol), meta("verify")))
+    for i in range(critique):
+        e = pick(verify + i)
+        a, kind = (task.gold(e), None) if i % 2 == 0 else injected_wrong(task, e, rng)
+        rows.append(Example(critique_prompt(e.question, task.solution_text(a)), "", f"{e.id}/critique{i}",
+                            task.critique_text(e.question, a, kind), meta("critique")))
+    for i in range(correct):
+        e = pick(verify + critique + i)
+        a, _ = injected_wrong(task, e, rng)
+        rows.append(Example(correction_prompt(e.question, task.solution_text(a)), e.answer, f"{e.id}/correct{i}",
+                            e.solution, meta("correct", question=e.question)))
+    return rows
