@@ -150,21 +150,23 @@ def _strategy_sections(results: dict) -> list:
     lines = []
     if "refinement" in results:
         r = results["refinement"]
-        rows = [dict(row, **{k: row.get(k, "") for k in ("verdict_precision", "verdict_recall", "verdict_f1",
-                                                          "well_formed", "critiqued")}) for row in r["rows"]]
-        cols = ["round", "acc", "tokens", "verdict_precision", "verdict_recall", "verdict_f1", "well_formed",
-                "critiqued"]
+        verdict_cols = ["verdict_precision", "verdict_recall", "verdict_f1", "verdict_f1_strict", "verdict_parsed",
+                        "well_formed", "critiqued"]
+        rows = [dict(row, **{k: row.get(k, "") for k in verdict_cols}) for row in r["rows"]]
+        cols = ["round", "acc", "tokens"] + verdict_cols
         if "majority_same_tokens" in rows[0]:
             cols += ["majority_same_tokens", "majority_k", "majority_capped"]
         v = r["verdict"]
         lines += ["", f"## Self-refinement ({r['config']['rounds']} rounds, verdict generated; round 0 = "
                       f"{r['config']['round0']})", "",
                   "tokens: generated per question up to and including the round (critiques and re-solves); "
-                  "verdict scores: wrong solution = positive; majority_same_tokens: maj@k over the pool at the "
-                  "same tokens (k = majority_k, interpolated).", "", format_table(rows, cols), "",
+                  "verdict scores: wrong solution = positive, an unparsed verdict counts as claiming an error "
+                  "(strict F1: as the wrong call); majority_same_tokens: maj@k over the pool at the same tokens "
+                  "(k = majority_k, interpolated).", "", format_table(rows, cols), "",
                   f"Pooled verdicts: precision {v['precision']:.3f}, recall {v['recall']:.3f}, F1 {v['f1']:.3f} "
-                  f"over {v['critiqued']} critiques; {r['well_formed']:.3f} well-formed; {r['settled']:.3f} of "
-                  "questions settled by a no-error verdict."]
+                  f"(strict {r['verdict_strict']['f1']:.3f}) over {v['critiqued']} critiques; "
+                  f"{r['verdict_parsed']:.3f} with a parsed verdict, {r['well_formed']:.3f} well-formed; "
+                  f"{r['settled']:.3f} of questions settled by a no-error verdict."]
     if "length_selection" in results:
         ls = results["length_selection"]
         sel = ls["selection"]

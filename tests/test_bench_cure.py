@@ -9,7 +9,7 @@ import bench_cure  # noqa: E402
 
 
 def arm(pass1, acc0, acc1, f1, well_formed):
-    return {"pass1": pass1, "refinement": {"rows": [{"acc": acc0}, {"acc": acc1, "verdict_f1": f1,
+    return {"pass1": pass1, "refinement": {"rows": [{"acc": acc0}, {"acc": acc1, "verdict_f1_strict": f1,
                                                                      "well_formed": well_formed}]}}
 
 

@@ -576,6 +576,19 @@ def test_self_refine_from_given_first_solutions_does_not_solve_again(tokenizer):
         self_refine(None, tokenizer, ex, _ok, rounds=1, max_new_tokens=40, generate=gen, initial=["only one"])
 
 
+def test_strict_verdict_f1_scores_an_unparsed_verdict_as_the_wrong_call():
+    from jaxrl_reason.inference.refine import VERDICT_UNPARSED, RefineResult
+
+    # 4 solutions, 3 wrong; the critic writes no parsable verdict at all
+    res = RefineResult(correct=np.array([[True, False, False, False], [True, False, False, False]]),
+                       tokens=np.zeros((2, 4), np.int64), verdicts=np.full((1, 4), VERDICT_UNPARSED, np.int8),
+                       stopped=np.full((4,), -1), solutions=[""] * 4, critiques=[""] * 4,
+                       well_formed=np.zeros((1, 4), bool))
+    loose, strict = res.verdict_metrics(1), res.verdict_metrics(1, strict=True)
+    assert loose["recall"] == 1.0 and loose["f1"] == pytest.approx(2 * 0.75 / 1.75)  # the base rate, flattered
+    assert strict["f1"] == 0.0 and strict["accuracy"] == 0.0 and res.verdict_parsed_share(1) == 0.0
+
+
 def test_self_refine_trusts_a_lying_critic_and_scores_it(tokenizer):
     ex = [_Ex(f"QUESTION[{i}]", str(i)) for i in range(4)]
     solve = lambda q: "ANSWER wrong" if q in ("0", "1") else f"ANSWER {q}"

@@ -15,7 +15,7 @@ voting at the same generated tokens beside it. Tokens generated in training are 
 
 The issue's checks, per seed and as the median over seeds:
   1. CURE's round 0 -> 1 refinement gain > 0 and > GRPO's
-  2. CURE's verdict F1 (round 1, wrong = positive) > GRPO's
+  2. CURE's verdict F1 (round 1, wrong = positive, an unparsed verdict scored as the wrong call) > GRPO's
   3. >= 90% of CURE's round-1 critiques well-formed
   4. CURE pass@1 >= GRPO pass@1 - 2 points
 Writes summary.json and summary.md to the workdir; a finished run or evaluation is reused.
@@ -85,8 +85,9 @@ def checks(grpo: dict, cure: dict) -> dict:
     gain = lambda rows: rows[1]["acc"] - rows[0]["acc"]  # noqa: E731
     return {"cure_gain": gain(c), "grpo_gain": gain(g),
             "gain_positive_and_larger": gain(c) > 0 and gain(c) > gain(g),
-            "cure_f1": c[1]["verdict_f1"], "grpo_f1": g[1]["verdict_f1"], "f1_higher": c[1]["verdict_f1"] >
-            g[1]["verdict_f1"], "cure_well_formed": c[1]["well_formed"],
+            # strict F1: an unparsed verdict is the wrong call, so a critic that writes none cannot win on base rate
+            "cure_f1": c[1]["verdict_f1_strict"], "grpo_f1": g[1]["verdict_f1_strict"],
+            "f1_higher": c[1]["verdict_f1_strict"] > g[1]["verdict_f1_strict"], "cure_well_formed": c[1]["well_formed"],
             "well_formed_90": c[1]["well_formed"] >= 0.9,
             "cure_pass1": cure["pass1"], "grpo_pass1": grpo["pass1"],
             "pass1_within_2": cure["pass1"] >= grpo["pass1"] - 0.02}
@@ -141,7 +142,7 @@ def main(argv=None):
         per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cure"])}
 
     lines = ["| seed | arm | pass@1 | " + " | ".join(f"round {t} acc / tokens" for t in range(args.rounds + 1))
-             + " | maj at round-1 tokens | verdict F1 (round 1) | well-formed | train tokens (M) |",
+             + " | maj at round-1 tokens | strict verdict F1 (round 1) | well-formed | train tokens (M) |",
              "|---|---|---|" + "---|" * (args.rounds + 1) + "---|---|---|---|"]
     for seed, res in per_seed.items():
         for arm in ARMS:
@@ -149,7 +150,7 @@ def main(argv=None):
             rows = e["refinement"]["rows"]
             lines.append(f"| {seed} | {arm} | {e['pass1']:.3f} | "
                          + " | ".join(f"{r['acc']:.3f} / {r['tokens']:.0f}" for r in rows)
-                         + f" | {rows[1]['majority_same_tokens']:.3f} | {rows[1]['verdict_f1']:.3f} | "
+                         + f" | {rows[1]['majority_same_tokens']:.3f} | {rows[1]['verdict_f1_strict']:.3f} | "
                          f"{rows[1]['well_formed']:.3f} | {e['train_tokens'] / 1e6:.2f} |")
     keys = ("cure_gain", "grpo_gain", "cure_f1", "grpo_f1", "cure_well_formed", "cure_pass1", "grpo_pass1")
     med = {k: float(np.median([r["checks"][k] for r in per_seed.values()])) for k in keys}

@@ -61,17 +61,32 @@ class RefineResult(NamedTuple):
         """float [T + 1]: mean tokens generated per example up to and including each round."""
         return np.cumsum(self.tokens.sum(axis=1)) / max(self.correct.shape[1], 1)
 
-    def verdict_metrics(self, round_index: Optional[int] = None) -> dict:
+    def verdict_metrics(self, round_index: Optional[int] = None, *, strict: bool = False) -> dict:
         """precision / recall / F1 / accuracy of the error verdicts (positive class: the solution is wrong), over
-        round `round_index` (1-based) or pooled over all rounds; `critiqued` counts the verdicts scored."""
+        round `round_index` (1-based) or pooled over all rounds; `critiqued` counts the verdicts scored.
+
+        An unparsed verdict is a claim of an error (the loop's rule), which flatters a critic that never writes a
+        verdict when most solutions are wrong; `strict` scores it as the wrong call instead (a miss on a wrong
+        solution, a false alarm on a right one), the number to compare critics by."""
         rounds = range(self.verdicts.shape[0]) if round_index is None else [round_index - 1]
         pred, truth = [], []
         for r in rounds:
             seen = self.verdicts[r] != NOT_CRITIQUED
-            pred.append(self.verdicts[r][seen] != VERDICT_NO_ERROR)
-            truth.append(~self.correct[r][seen])
+            wrong = ~self.correct[r][seen]
+            p = self.verdicts[r][seen] != VERDICT_NO_ERROR
+            if strict:
+                p = np.where(self.verdicts[r][seen] == VERDICT_UNPARSED, ~wrong, p)
+            pred.append(p)
+            truth.append(wrong)
         return verdict_scores(np.concatenate(pred) if pred else np.zeros(0, bool),
                               np.concatenate(truth) if truth else np.zeros(0, bool))
+
+    def verdict_parsed_share(self, round_index: Optional[int] = None) -> float:
+        """Share of the critiques of round `round_index` (1-based; default all) whose verdict parsed."""
+        rounds = slice(None) if round_index is None else slice(round_index - 1, round_index)
+        v = self.verdicts[rounds]
+        seen = v != NOT_CRITIQUED
+        return float((v[seen] != VERDICT_UNPARSED).mean()) if seen.any() else 0.0
 
     def well_formed_share(self, round_index: Optional[int] = None) -> float:
         """Share of the critiques written in round `round_index` (1-based; default: all rounds) that are

@@ -62,7 +62,8 @@ def refinement_report(result: RefineResult, *, pool_classes: Optional[np.ndarray
                       num_subsets: int = 1000, seed: int = 0) -> dict:
     """JSON-ready rows of a self-refinement run: one per round t = 0..T with "acc", cumulative "tokens" per
     question, and for t >= 1 the verdict precision / recall / F1 of that round's critiques (wrong = positive),
-    how many were written and the share that parse with every field; with a pool, "majority_same_tokens" beside
+    its strict F1 (an unparsed verdict scored as the wrong call), how many were written, the share whose verdict
+    parsed and the share that parse with every field; with a pool, "majority_same_tokens" beside
     each round (`majority_at_tokens`)."""
     rows = []
     for t, (acc, tok) in enumerate(zip(result.accuracy, result.tokens_per_example)):
@@ -70,14 +71,17 @@ def refinement_report(result: RefineResult, *, pool_classes: Optional[np.ndarray
         if t:
             v = result.verdict_metrics(t)
             row.update({"verdict_precision": v["precision"], "verdict_recall": v["recall"], "verdict_f1": v["f1"],
-                        "critiqued": v["critiqued"], "well_formed": result.well_formed_share(t)})
+                        "verdict_f1_strict": result.verdict_metrics(t, strict=True)["f1"],
+                        "verdict_parsed": result.verdict_parsed_share(t), "critiqued": v["critiqued"],
+                        "well_formed": result.well_formed_share(t)})
         if pool_classes is not None:
             m = majority_at_tokens(pool_classes, pool_correct, tok, tokens_per_sample, num_subsets=num_subsets,
                                    seed=seed)
             row.update({"majority_same_tokens": m["acc"], "majority_k": m["k_used"], "majority_capped": m["capped"]})
         rows.append(row)
     pooled = result.verdict_metrics()
-    return {"rows": rows, "verdict": pooled, "well_formed": result.well_formed_share(),
+    return {"rows": rows, "verdict": pooled, "verdict_strict": result.verdict_metrics(strict=True),
+            "verdict_parsed": result.verdict_parsed_share(), "well_formed": result.well_formed_share(),
             "settled": float(np.mean(result.stopped >= 0)) if result.stopped.size else 0.0}
 
 
