@@ -25,7 +25,6 @@ import numpy as np
 
 from jaxrl_reason.data.datasets import Example
 from jaxrl_reason.data import testbed
-from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rewards.math import extract_boxed
 
 COLOURS = "rgbyc"
@@ -153,19 +152,6 @@ def error_kind(question: str, assignment: Optional[Sequence[tuple]]) -> Optional
     return None
 
 
-def text_error_kind(question: str, text: str) -> Optional[str]:
-    return error_kind(question, parse_colouring(text))
-
-
-def check(question: str, text: str) -> bool:
-    return text_error_kind(question, text) is None
-
-
-def graph_colour_reward(texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
-    """Reward 1 for a right answer; details name the violated constraint. Never raises on model output."""
-    return testbed.reward(TASK, texts, examples)
-
-
 def _gold(inst: dict) -> list[tuple]:
     return [(v, inst["colouring"][v]) for v in inst["nodes"]]
 
@@ -232,26 +218,15 @@ def critique_text(question: str, assignment: Sequence[tuple], kind: Optional[str
             f"HIGH_LEVEL_HINT: {_HINT[kind]}")
 
 
-def verify_target(question: str, text: str) -> str:
-    return testbed.verify_target(TASK, question, text)
-
-
 # The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples (docs/results/testbed.md,
 # 1,500 SFT steps: incomplete 256 of 256), with a 5% floor for the kind it did not make yet.
 INJECT_WEIGHTS = {"incomplete": 0.95, "conflict": 0.05}
-
-
-def _wrong(e: Example, rng: np.random.Generator):
-    return testbed.injected_wrong(TASK, e, rng)
-
-
-def auxiliary_rows(examples: Sequence[Example], *, verify: int, critique: int, correct: int,
-                   seed: int) -> list[Example]:
-    """Warm-up rows of the auxiliary formats (`data.testbed.auxiliary_rows`): verify rows, critiques, corrections."""
-    return testbed.auxiliary_rows(TASK, examples, verify=verify, critique=critique, correct=correct, seed=seed)
 
 
 TASK = testbed.TestbedTask(
     source="graph_colour", gold=lambda e: _gold(e.meta), solution_text=solution_text, parse=parse_colouring,
     error_kind=error_kind, answer_text=lambda a: ", ".join(f"{v} {c}" for v, c in a), inject_error=inject_error,
     inject_weights=INJECT_WEIGHTS, critique_text=critique_text)
+
+# The shared pieces (data/testbed.py) under this task's names.
+text_error_kind, check, verify_target, _wrong, auxiliary_rows, graph_colour_reward = testbed.bound(TASK)

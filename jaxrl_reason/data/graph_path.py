@@ -26,7 +26,6 @@ import numpy as np
 
 from jaxrl_reason.data.datasets import Example
 from jaxrl_reason.data import testbed
-from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rewards.math import extract_boxed
 
 # The constraint a wrong answer violates first, in the order `error_kind` checks them.
@@ -139,21 +138,6 @@ def error_kind(question: str, path: Optional[Sequence[str]]) -> Optional[str]:
     return None
 
 
-def text_error_kind(question: str, text: str) -> Optional[str]:
-    """`error_kind` of a completion text's boxed path (None: right)."""
-    return error_kind(question, parse_path(text))
-
-
-def check(question: str, text: str) -> bool:
-    """The exact checker: True iff the output's boxed path is a right answer."""
-    return error_kind(question, parse_path(text)) is None
-
-
-def graph_path_reward(texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
-    """Reward 1 for a right answer; details name the violated constraint. Never raises on model output."""
-    return testbed.reward(TASK, texts, examples)
-
-
 def graph_path_examples(n: int, *, seed: int, config: GraphPathConfig = GraphPathConfig()) -> list[Example]:
     rng = np.random.default_rng(seed)
     out = []
@@ -240,27 +224,16 @@ def critique_text(question: str, path: Sequence[str], kind: Optional[str]) -> st
             f"HIGH_LEVEL_HINT: {_HINT[kind]}")
 
 
-def verify_target(question: str, text: str) -> str:
-    return testbed.verify_target(TASK, question, text)
-
-
 # The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples under this format
 # (docs/results/testbed.md, 2 arms x 3 nodes, 2,500 SFT steps: non_edge 967, wrong_start 49 of 1,016), with a
 # floor of 5% for the kinds it did not make yet, so every kind is seen.
 INJECT_WEIGHTS = {"non_edge": 0.85, "wrong_start": 0.05, "revisit": 0.05, "wrong_end": 0.05}
 
 
-def _wrong(e: Example, rng: np.random.Generator):
-    return testbed.injected_wrong(TASK, e, rng)
-
-
-def auxiliary_rows(examples: Sequence[Example], *, verify: int, critique: int, correct: int,
-                   seed: int) -> list[Example]:
-    """Warm-up rows of the auxiliary formats (`data.testbed.auxiliary_rows`): verify rows, critiques, corrections."""
-    return testbed.auxiliary_rows(TASK, examples, verify=verify, critique=critique, correct=correct, seed=seed)
-
-
 TASK = testbed.TestbedTask(
     source="graph_path", gold=lambda e: list(e.meta["path"]), solution_text=solution_text, parse=parse_path,
     error_kind=error_kind, answer_text=" ".join, inject_error=inject_error, inject_weights=INJECT_WEIGHTS,
     critique_text=critique_text)
+
+# The shared pieces (data/testbed.py) under this task's names.
+text_error_kind, check, verify_target, _wrong, auxiliary_rows, graph_path_reward = testbed.bound(TASK)

@@ -24,7 +24,6 @@ import numpy as np
 
 from jaxrl_reason.data.datasets import Example
 from jaxrl_reason.data import testbed
-from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rewards.math import extract_boxed
 
 N = 4
@@ -135,19 +134,6 @@ def error_kind(question: str, cells: Optional[Sequence[str]]) -> Optional[str]:
     return None
 
 
-def text_error_kind(question: str, text: str) -> Optional[str]:
-    return error_kind(question, parse_answer(text))
-
-
-def check(question: str, text: str) -> bool:
-    return text_error_kind(question, text) is None
-
-
-def latin_square_reward(texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
-    """Reward 1 for a right answer; details name the violated constraint. Never raises on model output."""
-    return testbed.reward(TASK, texts, examples)
-
-
 def latin_square_examples(n: int, *, seed: int, config: Optional[LatinConfig] = None) -> list[Example]:
     config = config or DEFAULT_CONFIG
     rng = np.random.default_rng(seed)
@@ -234,27 +220,16 @@ def critique_text(question: str, cells: Sequence[str], kind: Optional[str]) -> s
             f"HIGH_LEVEL_HINT: {_HINT[kind]}")
 
 
-def verify_target(question: str, text: str) -> str:
-    return testbed.verify_target(TASK, question, text)
-
-
 # The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples at 10 blanks
 # (docs/results/testbed.md: col_repeat 329, given_changed 182, row_repeat 91 of its 627 wrong samples; the other
 # 25 were unparsable grids, a format failure, not injected).
 INJECT_WEIGHTS = {"col_repeat": 0.55, "given_changed": 0.30, "row_repeat": 0.15}
 
 
-def _wrong(e: Example, rng: np.random.Generator):
-    return testbed.injected_wrong(TASK, e, rng)
-
-
-def auxiliary_rows(examples: Sequence[Example], *, verify: int, critique: int, correct: int,
-                   seed: int) -> list[Example]:
-    """Warm-up rows of the auxiliary formats (`data.testbed.auxiliary_rows`): verify rows, critiques, corrections."""
-    return testbed.auxiliary_rows(TASK, examples, verify=verify, critique=critique, correct=correct, seed=seed)
-
-
 TASK = testbed.TestbedTask(
     source="latin_square", gold=lambda e: list(e.meta["square"]), solution_text=solution_text, parse=parse_answer,
     error_kind=error_kind, answer_text=grid_text, inject_error=inject_error, inject_weights=INJECT_WEIGHTS,
     critique_text=critique_text, can_inject=can_inject)
+
+# The shared pieces (data/testbed.py) under this task's names.
+text_error_kind, check, verify_target, _wrong, auxiliary_rows, latin_square_reward = testbed.bound(TASK)

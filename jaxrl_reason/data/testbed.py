@@ -6,6 +6,7 @@ A task module describes itself with a `TestbedTask` and forwards to these functi
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -33,8 +34,14 @@ class TestbedTask(NamedTuple):
 TestbedTask.__test__ = False  # pytest: not a test class
 
 
+def text_error_kind(task: TestbedTask, question: str, text: str) -> Optional[str]:
+    """The first constraint a completion's answer violates, None when it is right."""
+    return task.error_kind(question, task.parse(text))
+
+
 def check(task: TestbedTask, question: str, text: str) -> bool:
-    return task.error_kind(question, task.parse(text)) is None
+    """The exact checker: True iff the completion's answer is right."""
+    return text_error_kind(task, question, text) is None
 
 
 def reward(task: TestbedTask, texts: Sequence[str], examples: Sequence[Example]) -> RewardResult:
@@ -60,6 +67,13 @@ def injected_wrong(task: TestbedTask, e: Example, rng: np.random.Generator) -> t
     p = np.asarray([task.inject_weights[k] for k in kinds], float)
     kind = kinds[int(rng.choice(len(kinds), p=p / p.sum()))]
     return task.inject_error(e, kind, rng), kind
+
+
+def bound(task: TestbedTask) -> tuple:
+    """(text_error_kind, check, verify_target, injected_wrong, auxiliary_rows, reward) with `task` bound: what a
+    task module exports under its own names."""
+    return tuple(functools.partial(f, task) for f in (text_error_kind, check, verify_target, injected_wrong,
+                                                       auxiliary_rows, reward))
 
 
 def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,

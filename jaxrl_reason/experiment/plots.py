@@ -85,6 +85,18 @@ def _single_axes(ax) -> Axes:
     return ax
 
 
+def _finish(ax: Axes, xlabel: str, ylabel: str, title: Optional[str], path) -> Figure:
+    """Labels, grid and legend of a one-panel figure; saved when given `path`."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(ax.figure, path)
+    return ax.figure
+
+
 def _save(fig: Figure, path) -> None:
     if path is not None:
         directory = os.path.dirname(os.fspath(path))
@@ -214,14 +226,7 @@ def budget_curves(arms: Mapping[str, Sequence[Mapping]], *, path=None, ax=None, 
         if len(runs) > 1:
             se = on.std(0, ddof=1) / np.sqrt(len(runs))
             ax.fill_between(grid, mean - se, mean + se, color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title is not None:
-        ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    _save(ax.figure, path)
-    return ax.figure
+    return _finish(ax, xlabel, ylabel, title, path)
 
 
 def _points(name: str, points: Iterable[Mapping], x: str) -> dict[str, np.ndarray]:
@@ -271,14 +276,7 @@ def test_time_curves(curves: Mapping[str, Sequence[Mapping]], *, x: str = "k", p
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{t:g}" for t in ticks])
         ax.minorticks_off()
-    ax.set_xlabel(_TEST_TIME_X[x])
-    ax.set_ylabel(ylabel)
-    if title is not None:
-        ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    _save(ax.figure, path)
-    return ax.figure
+    return _finish(ax, _TEST_TIME_X[x], ylabel, title, path)
 
 
 # The name starts with "test_": a test module that imports it must not have pytest collect it as a test.
