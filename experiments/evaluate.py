@@ -246,23 +246,16 @@ def write_outputs(results: dict, out_dir: str | os.PathLike) -> dict:
 
 
 def answer_reward(extraction: str = "boxed"):
-    """(completions, examples) -> RewardResult: reasoning-gym examples by their task's scorer, the rest by math
-    equivalence of the answer `extraction` finds (boxed: the last \\boxed{}; boxed_or_last_number: else the
-    last number written, the GSM8K "flexible" grading) with `example.answer`."""
+    """(completions, examples) -> RewardResult: `test_time.default_reward` with the answer `extraction` (boxed: the
+    last \\boxed{}; boxed_or_last_number: else the last number written, the GSM8K "flexible" grading)."""
+    import functools
+
     from jaxrl_reason.inference.test_time import default_reward
-    from jaxrl_reason.rewards.math import ANSWER_EXTRACTIONS, math_reward
+    from jaxrl_reason.rewards.math import ANSWER_EXTRACTIONS
 
     if extraction not in ANSWER_EXTRACTIONS:
         raise SystemExit(f"--answer-extraction must be one of {ANSWER_EXTRACTIONS}, got {extraction!r}")
-    if extraction == "boxed":
-        return default_reward
-
-    def reward(completions, examples):
-        if examples and all(getattr(e, "meta", {}).get("source") == "reasoning_gym" for e in examples):
-            return default_reward(completions, examples)
-        return math_reward(list(completions), [e.answer for e in examples], extraction=extraction)
-
-    return reward
+    return functools.partial(default_reward, extraction=extraction)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -363,14 +363,15 @@ def accuracy_curves(correct: np.ndarray, classes: np.ndarray, ks: Sequence[int],
     return out
 
 
-def default_reward(completions: Sequence[str], examples: Sequence[Any], *, grader=None):
+def default_reward(completions: Sequence[str], examples: Sequence[Any], *, grader=None, extraction: str = "boxed"):
     """Reward of each completion against its example: reasoning-gym examples are scored by their task's
-    scorer, everything else by math equivalence with `example.answer`."""
+    scorer, everything else by math equivalence with `example.answer` of the answer `extraction` finds
+    (`rewards.math.math_reward`: "boxed" or "boxed_or_last_number")."""
     if examples and all(getattr(e, "meta", {}).get("source") == "reasoning_gym" for e in examples):
         from jaxrl_reason.data.procedural import reasoning_gym_reward
 
         return reasoning_gym_reward(completions, examples)
-    return math_reward(completions, [e.answer for e in examples], grader=grader)
+    return math_reward(list(completions), [e.answer for e in examples], grader=grader, extraction=extraction)
 
 
 def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_tokens: int, seed: int = 0,
