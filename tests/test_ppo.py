@@ -17,7 +17,7 @@ from jaxrl_reason.methods import make_method, method_knobs
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.methods.ppo import PPO, ppo_advantages
 from jaxrl_reason.models.hf_port import VALUE_HEAD_FILE, load_pretrained, save_pretrained
-from jaxrl_reason.models.qwen2 import ModelConfig, attach_value_head, init_model
+from jaxrl_reason.models.qwen2 import ModelConfig, attach_critic, attach_value_head, init_model
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rl.batch import pad_rows_to
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig
@@ -252,3 +252,141 @@ def test_ppo_v_logs_verify_and_value_terms(tok, tmp_path):
     tr.close()
     for k in ("loss/pg", "loss/value", "loss/verify", "value/explained_variance", "verify/rows", "verify/nll"):
         assert k in m, k
+
+
+# ---------------------------------------------------------------------------------------------- a separate critic
+
+
+def _critic_params(params):
+    return nnx.to_pure_dict(params)["critic"]
+
+
+def test_separate_critic_starts_as_the_policy_and_reads_only_its_own_params(tok):
+    model = tiny_model(tok, seed=1)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, tok.vocab_size, (2, 9)), jnp.int32)
+    before = _logits(model, tokens)
+    attach_critic(model)
+    assert model.value_source == "separate" and model.value_head is None
+    np.testing.assert_array_equal(_logits(model, tokens), before)  # the LM path never reads the critic
+    pure = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    critic = dict(pure.pop("critic"))
+    assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(critic.pop("value_head")))
+    for a, b in zip(jax.tree.leaves(pure), jax.tree.leaves(critic)):  # init="policy": a copy of the trunk
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="shared value head"):
+        attach_critic(attach_value_head(tiny_model(tok, seed=1)))
+    with pytest.raises(ValueError, match="critic_init"):
+        PPO(critic="separate", critic_init="zeros")
+    with pytest.raises(ValueError, match="critic_lr_scale apply to"):
+        PPO(critic_lr_scale=10.0)
+
+
+def test_separate_critic_is_trained_by_the_value_loss_alone(tok):
+    rollouts = _fixed_rollouts(tok)
+
+    def steps(value_coef, n=6):
+        model = attach_critic(tiny_model(tok, seed=1))
+        method = PPO(value_coef=value_coef, value_clip=1.0, critic="separate")
+        tr = start_training(model, optax.adam(3e-3), method.terms())
+        ctx = Context(tok, _NoSample(), parity_reward, np.random.default_rng(0), tok.pad_id, model, tr.params,
+                      max_new_tokens=16)
+        batch = pad_rows_to(method.build(rollouts, ctx)[0], 8)
+        start = jax.tree.map(np.asarray, tr.params)  # the update donates its inputs
+        params, opt_state, mse = tr.params, tr.opt_state, []
+        for _ in range(n):
+            out = tr.update(params, opt_state, batch)
+            params, opt_state = out.params, out.opt_state
+            mse.append(float(out.metrics.get("value/mse", np.nan)))  # no value term at value_coef 0
+        return start, params, mse
+
+    start, trained, mse = steps(1.0)
+    assert mse[-1] < 0.5 * mse[0], mse
+    moved = [float(np.abs(np.asarray(a) - np.asarray(b)).max())
+             for a, b in zip(jax.tree.leaves(_critic_params(start)), jax.tree.leaves(_critic_params(trained)))]
+    assert max(moved) > 0
+    # Without the value loss the critic gets no gradient at all (Adam's step on a zero gradient is zero) while
+    # the policy still moves: the policy loss never reaches the critic's trunk.
+    start, trained, _ = steps(0.0)
+    for a, b in zip(jax.tree.leaves(_critic_params(start)), jax.tree.leaves(_critic_params(trained))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    policy = lambda p: {k: v for k, v in nnx.to_pure_dict(p).items() if k != "critic"}  # noqa: E731
+    assert any(float(np.abs(np.asarray(a) - np.asarray(b)).max()) > 0
+               for a, b in zip(jax.tree.leaves(policy(start)), jax.tree.leaves(policy(trained))))
+
+
+def test_critic_has_its_own_learning_rate_and_gradient_clip(tok):
+    from jaxrl_reason.train.state import make_optimizer
+
+    params = nnx.state(attach_critic(tiny_model(tok, seed=1)), nnx.Param)
+    grads = jax.tree.map(jnp.ones_like, params)
+    critic_big = jax.tree_util.tree_map_with_path(
+        lambda path, g: g * (1e6 if str(path[0].key) == "critic" else 1.0), grads)
+
+    def first_step(scale, g):
+        opt = make_optimizer(1e-2, total_steps=10, clip_norm=1.0, critic_lr_scale=scale)
+        return nnx.to_pure_dict(opt.update(g, opt.init(params), params)[0])
+
+    one, half, big = first_step(1.0, grads), first_step(0.5, grads), first_step(1.0, critic_big)
+    for a, b in zip(jax.tree.leaves(one["critic"]), jax.tree.leaves(half["critic"])):
+        np.testing.assert_allclose(np.asarray(b), 0.5 * np.asarray(a), rtol=1e-6)
+    rest = lambda d: [v for k, v in d.items() if k != "critic"]  # noqa: E731
+    for a, b in zip(jax.tree.leaves(rest(one)), jax.tree.leaves(rest(half))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # A huge critic gradient is clipped on its own: the policy's step is the same as with a small one.
+    for a, b in zip(jax.tree.leaves(rest(one)), jax.tree.leaves(rest(big))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.fixture(scope="module")
+def critic_runs(tok, tmp_path_factory):
+    """As `ppo_runs`, with critic="separate": 2 steps checkpointed after step 1, and a resumed copy."""
+    a_dir, b_dir = str(tmp_path_factory.mktemp("ca")), str(tmp_path_factory.mktemp("cb"))
+
+    def trainer(workdir):
+        cfg = TrainerConfig(steps=2, prompts_per_step=2, samples_per_prompt=2, max_new_tokens=8, lr=3e-3,
+                            checkpoint_every=1, progress=False, seed=5)
+        method = make_method({"name": "ppo", "extra": {"critic": "separate", "critic_lr_scale": 2.0}})
+        return Trainer(tiny_model(tok, seed=2), tok, method, arithmetic_examples(32, seed=1, config=ARITH),
+                       parity_reward, cfg, workdir)
+
+    a = trainer(a_dir)
+    first = a.run(stop_after=1)
+    at_step1 = jax.tree.map(np.asarray, a.state.params)
+    shutil.copytree(os.path.join(a_dir, "checkpoints"), os.path.join(b_dir, "checkpoints"))
+    rest = a.run()
+    a.close()
+    b = trainer(b_dir)
+    restored = jax.tree.map(np.asarray, b.state.params)
+    resumed = b.run()
+    b.close()
+    return dict(a=a, b=b, first=first, rest=rest, resumed=resumed, at_step1=at_step1, restored=restored)
+
+
+@pytest.mark.slow
+def test_separate_critic_trains_checkpoints_resumes_and_exports(critic_runs, tmp_path):
+    m = critic_runs["first"][0]
+    assert "loss/value" in m and "value/explained_variance" in m and "loss/pg" in m
+    head1 = nnx.to_pure_dict(critic_runs["at_step1"])["critic"]["value_head"]
+    assert np.abs(np.asarray(head1["kernel"])).max() > 0  # the critic's zero head learned in step 1
+    assert critic_runs["rest"][0]["ppo/old_value_mean"] != 0.0
+    for x, y in zip(jax.tree.leaves(critic_runs["at_step1"]), jax.tree.leaves(critic_runs["restored"])):
+        np.testing.assert_array_equal(x, y)
+    for x, y in zip(jax.tree.leaves(critic_runs["a"].state.params), jax.tree.leaves(critic_runs["b"].state.params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    for k in ("loss/value", "value/mse", "loss/pg", "reward/mean"):
+        assert critic_runs["resumed"][0][k] == critic_runs["rest"][0][k], k
+    # HF export: the policy alone by default; on request the critic as its own loadable directory.
+    model = critic_runs["a"].model
+    nnx.update(model, critic_runs["a"].state.params)
+    path = str(tmp_path / "hf")
+    save_pretrained(model, path, value_head="separate")
+    loaded = load_pretrained(os.path.join(path, "critic"), value_head=True)
+    tokens = jnp.asarray([[3, 7, 9, 4, 11]], jnp.int32)
+    pos = jnp.arange(5)[None]
+    h, _ = loaded.hidden_states(tokens, pos)
+    want, _ = model.critic.hidden_states(tokens, pos)
+    np.testing.assert_allclose(np.asarray(loaded.values_from_hidden(h)),
+                               np.asarray(model.critic.values_from_hidden(want)), atol=1e-5)
+    save_pretrained(model, path)  # "drop": the stale critic directory goes too
+    assert not os.path.exists(os.path.join(path, "critic"))
+    assert os.path.exists(os.path.join(path, "model.safetensors"))

@@ -4,6 +4,7 @@ same fused update as the PPO-clip term (METHODS.md §1, docs/methods/ppo.md).
 
     python experiments/train.py --config jaxrl_reason/configs/ppo.py
     python experiments/train.py --config jaxrl_reason/configs/ppo.py --config.method.extra.lam=0.95
+    python experiments/train.py --config jaxrl_reason/configs/ppo.py --config.method.extra.critic=separate
 
 Every PPO knob is `method.extra.<knob>` at its default (methods/ppo.py). The trainer adds the value head; the
 final HF export (`<workdir>/final`) is the plain causal LM, without it.

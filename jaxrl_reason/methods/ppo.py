@@ -25,11 +25,12 @@ from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, shaped_rewards, solve_rows
 from jaxrl_reason.methods.rlv import RLV
+from jaxrl_reason.models.qwen2 import CRITIC_INITS
 from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches, pad_rows_to
 from jaxrl_reason.rl.gae import VALUE_TASK, WHITENING, gae, value_spec, whiten
 from jaxrl_reason.rl.losses import TermSpec
 from jaxrl_reason.rl.overlong import truncated_mask
-from jaxrl_reason.rl.scoring import align_to_targets
+from jaxrl_reason.rl.scoring import align_to_targets, model_values
 
 # ----------------------------------------------------------------------------------------------------------------
 # Values of sampled completions under given params
@@ -37,9 +38,7 @@ from jaxrl_reason.rl.scoring import align_to_targets
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
 def _row_values(graphdef, params, batch: TokenBatch) -> jax.Array:
-    model = nnx.merge(graphdef, params)
-    h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
-    return align_to_targets(model.values_from_hidden(h))
+    return align_to_targets(model_values(nnx.merge(graphdef, params), batch))
 
 
 def completion_values(model, params, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
@@ -49,8 +48,9 @@ def completion_values(model, params, prompts: Sequence[Sequence[int]], completio
     padded to a power of two of rows and a length bucket so few shapes compile."""
     if len(prompts) != len(completions):
         raise ValueError(f"completion_values got {len(prompts)} prompts and {len(completions)} completions")
-    if getattr(model, "value_head", None) is None:
-        raise ValueError("completion_values: the model has no value head (models.qwen2.attach_value_head)")
+    if getattr(model, "value_source", None) is None:
+        raise ValueError("completion_values: the model has no critic (models.qwen2.attach_value_head or "
+                         "attach_critic)")
     graphdef, own = nnx.split(model)
     params = own if params is None else params
     out = []
@@ -110,24 +110,38 @@ def _explained_variance(returns: np.ndarray, values: np.ndarray) -> float:
 # ----------------------------------------------------------------------------------------------------------------
 # The methods
 
+CRITICS = ("head", "separate")
+
 
 class PPO(GRPO):
     """Solve rows with GAE advantages from the policy's value head, plus value rows for the clipped value loss."""
 
     name = "ppo"
     tasks = ("solve", VALUE_TASK)
-    # The trainer adds a zero value head to the policy (models.qwen2.attach_value_head) when it has none.
-    needs_value_head = True
-
     def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *, gamma: float = 1.0,
                  lam: float = 1.0, whiten: str = "masked_batch", value_coef: float = 0.1, value_clip: float = 0.2,
-                 value_rows_per_call: int = 32, **estimator_kwargs):
+                 value_rows_per_call: int = 32, critic: str = "head", critic_init: str = "policy",
+                 critic_lr_scale: float = 1.0, **estimator_kwargs):
         """gamma, lam: GAE's discount and lambda (1, 1: A_t = R - V(s_t), the Monte-Carlo return against the
         learned baseline); whiten: none | batch | masked_batch (rl.gae.whiten, over the step's completion tokens);
         value_coef: weight of the value loss in the one objective; value_clip: V stays within V_old +- this in
-        the clipped loss; value_rows_per_call: rows per forward when scoring V_old. The advantage `estimator` is
-        not used (GAE replaces it)."""
+        the clipped loss; value_rows_per_call: rows per forward when scoring V_old.
+        critic: "head" (a value head on the policy's trunk) | "separate" (a critic model of the policy's
+        architecture, verl's and TRL's setup); the trainer attaches it. critic_init: "policy" (the separate
+        critic starts from the policy's weights) | "random". critic_lr_scale: the separate critic's learning rate
+        relative to the policy's (verl's critic default is 10x its actor's). The advantage `estimator` is not used
+        (GAE replaces it)."""
         super().__init__(estimator, loss)
+        if critic not in CRITICS:
+            raise ValueError(f"ppo critic={critic!r} is unknown; choose one of {CRITICS}")
+        if critic_init not in CRITIC_INITS:
+            raise ValueError(f"ppo critic_init={critic_init!r} is unknown; choose one of {CRITIC_INITS}")
+        if critic_lr_scale <= 0:
+            raise ValueError(f"ppo critic_lr_scale must be > 0, got {critic_lr_scale}")
+        if critic == "head" and (critic_init != "policy" or critic_lr_scale != 1.0):
+            raise ValueError("ppo critic_init and critic_lr_scale apply to critic='separate' only; the shared head "
+                             "starts at zero and trains at the policy's rate")
+        self.critic, self.critic_init, self.critic_lr_scale = critic, critic_init, float(critic_lr_scale)
         if estimator_kwargs:
             raise ValueError(f"ppo computes its advantages by GAE; estimator keywords {sorted(estimator_kwargs)} "
                              "would be ignored: drop them")
@@ -146,9 +160,9 @@ class PPO(GRPO):
         return super().terms() + (value_spec((VALUE_TASK,), weight=self.value_coef, clip_eps=self.value_clip),)
 
     def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
-        if ctx.model is None or getattr(ctx.model, "value_head", None) is None:
-            raise ValueError("ppo needs the policy's value head in Context.model (the Trainer attaches one; else "
-                             "build the model with ModelConfig(value_head=True))")
+        if ctx.model is None or getattr(ctx.model, "value_source", None) is None:
+            raise ValueError("ppo needs a critic on the policy in Context.model (the Trainer attaches one; else "
+                             "models.qwen2.attach_value_head or attach_critic)")
         rewards, metrics = shaped_rewards(rollouts, self.loss, ctx.max_new_tokens)
         g, n = rollouts.group_size, len(rollouts.completions)
         prompts = [rollouts.prompts[r // g] for r in range(n)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 from typing import Any, Callable, Dict, Iterable, Optional
 
@@ -384,6 +385,7 @@ def model_tensors(model: Qwen2, dtype=None) -> Dict[str, np.ndarray]:
 # does not have, and our loader reads every *.safetensors of an unindexed directory, hence .npz.
 VALUE_HEAD_FILE = "value_head.npz"
 VALUE_HEAD_EXPORT = ("drop", "separate")
+CRITIC_DIR = "critic"  # a separate critic's own HF directory inside the policy's
 
 
 def save_pretrained(model: Qwen2, path: str, *, dtype: Optional[str] = None,
@@ -391,14 +393,22 @@ def save_pretrained(model: Qwen2, path: str, *, dtype: Optional[str] = None,
                     value_head: str = "drop") -> None:
     """Write `model` as an HF directory (config.json + safetensors, sharded with an index when large).
 
-    value_head (a model with PPO's value head): "drop" leaves it out -- the directory is the plain causal LM,
-    and a stale value_head.npz there is removed; "separate" also writes it as `value_head.npz` (float32 kernel
-    [H, 1] and bias [1]), which `load_pretrained(path, value_head=True)` reads back."""
+    value_head (a model with PPO's critic): "drop" leaves it out -- the directory is the plain causal LM, and a
+    stale value_head.npz or critic/ there is removed; "separate" also writes it: a shared head as
+    `value_head.npz` (float32 kernel [H, 1] and bias [1]), which `load_pretrained(path, value_head=True)` reads
+    back; a separate critic model (`attach_critic`) as its own HF directory `critic/` with its head's
+    value_head.npz, read back by `load_pretrained(path + "/critic", value_head=True)`."""
     if value_head not in VALUE_HEAD_EXPORT:
         raise ValueError(f"save_pretrained value_head={value_head!r}; choose one of {VALUE_HEAD_EXPORT}")
+    critic = getattr(model, "critic", None)
     has_head = getattr(model, "value_head", None) is not None
-    if value_head == "separate" and not has_head:
-        raise ValueError("save_pretrained value_head='separate': this model has no value head to export")
+    if value_head == "separate" and not has_head and critic is None:
+        raise ValueError("save_pretrained value_head='separate': this model has no value head or critic to export")
+    critic_dir = os.path.join(path, CRITIC_DIR)
+    if os.path.isdir(critic_dir) and os.path.exists(os.path.join(critic_dir, VALUE_HEAD_FILE)):
+        shutil.rmtree(critic_dir)  # ours (an HF directory with a value head): stale whatever is saved now
+    if critic is not None and value_head == "separate":
+        save_pretrained(critic, critic_dir, dtype=dtype, max_shard_bytes=max_shard_bytes, value_head="separate")
     cfg = model.config
     dtype_name = dtype or cfg.param_dtype
     tensors = model_tensors(model, np.dtype(as_dtype(dtype_name)))
@@ -420,7 +430,7 @@ def save_pretrained(model: Qwen2, path: str, *, dtype: Optional[str] = None,
     for old in os.listdir(path):  # a stale shard from an earlier save would be read as extra tensors
         if old.endswith(".safetensors") or old in ("model.safetensors.index.json", VALUE_HEAD_FILE):
             os.remove(os.path.join(path, old))
-    if value_head == "separate":
+    if value_head == "separate" and has_head:
         pure = nnx.to_pure_dict(nnx.state(model.value_head, nnx.Param))
         np.savez(os.path.join(path, VALUE_HEAD_FILE),
                  **{k: np.asarray(jax.device_get(pure[k]), np.float32) for k in ("kernel", "bias")})

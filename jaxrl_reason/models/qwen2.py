@@ -431,6 +431,9 @@ class Qwen2(nnx.Module):
             cfg.hidden_size, cfg.vocab_size, bias=False, rngs=rngs, param_dtype=pd, dtype=dt)
         # Built last and drawing no random numbers, so every other parameter is the same with or without it.
         self.value_head = ValueHead(cfg.hidden_size, param_dtype=pd) if cfg.value_head else None
+        # PPO's separate critic (`attach_critic`): a second Qwen2 with a value head, in the same param tree so it
+        # is trained, checkpointed and sharded with the policy; the LM path never reads it.
+        self.critic = None
 
     def hidden_states(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None,
                       layer_params: Optional[list] = None):
@@ -537,6 +540,14 @@ class Qwen2(nnx.Module):
                              "models.qwen2.attach_value_head(model)")
         return self.value_head(h)
 
+    @property
+    def value_source(self) -> Optional[str]:
+        """Where PPO's values come from: "head" (a head on this trunk), "separate" (`self.critic`'s own trunk),
+        or None (no critic)."""
+        if self.critic is not None:
+            return "separate"
+        return "head" if self.value_head is not None else None
+
     def logits_from_hidden(self, h):
         if self.lm_head is None:
             return self.embed_tokens.attend(h).astype(jnp.float32)
@@ -571,6 +582,31 @@ def attach_value_head(model: Qwen2) -> Qwen2:
         # nnx.data: the attribute was None (static) when the model was built without a head.
         head = ValueHead(model.config.hidden_size, param_dtype=as_dtype(model.config.param_dtype))
         model.value_head = nnx.data(head)
+    return model
+
+
+CRITIC_INITS = ("policy", "random")
+
+
+def attach_critic(model: Qwen2, *, init: str = "policy", seed: int = 0) -> Qwen2:
+    """Adds PPO's separate critic to `model` in place and returns it: a Qwen2 of the policy's architecture with a
+    zero value head, as `model.critic`, trained only by the value loss. init="policy" starts its trunk from the
+    policy's current weights (verl's and TRL's usual setup: critic and actor loaded from the same checkpoint),
+    "random" from a fresh draw of `seed`. A model that already has a critic is returned as it is; one with a
+    shared value head is refused (one critic per policy)."""
+    if init not in CRITIC_INITS:
+        raise ValueError(f"attach_critic init={init!r}; choose one of {CRITIC_INITS}")
+    if model.critic is not None:
+        return model
+    if model.value_head is not None:
+        raise ValueError("attach_critic: this model already has a shared value head (ModelConfig.value_head); a "
+                         "policy gets one critic -- build it without the head, or use the head")
+    critic = Qwen2(dataclasses.replace(model.config, value_head=True), rngs=nnx.Rngs(seed))
+    if init == "policy":
+        # Copy every trunk parameter (the value head stays zero): nnx.state(model) has no critic yet.
+        own = nnx.state(model, nnx.Param)
+        nnx.update(critic, jax.tree.map(jnp.copy, own))
+    model.critic = nnx.data(critic)
     return model
 
 

@@ -246,16 +246,18 @@ def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, c
     temperature: a float for every row, or one per task id (`rl.losses.scoring_temperatures`): log-probs are
     log-softmax(logits / T), the tempered policy the rows were sampled from.
     value_tasks: the task ids of value rows (PPO's critic targets, `rl.losses.value_task_ids`), or None: the model's
-    value head runs on the same final hidden states ([B, T] values in TokenBatch layout: V(s_t) of the state that
-    emits target t sits where its log-prob does), and the LM head skips the value rows' positions."""
+    value head runs on the same final hidden states, or its separate critic on the same tokens (`model_values`;
+    [B, T] values in TokenBatch layout: V(s_t) of the state that emits target t sits where its log-prob does),
+    and the LM head skips the value rows' positions."""
     model = nnx.merge(graphdef, params)
+    given = batch
     if isinstance(batch, SharedPrefixBatch):
         h, batch = _shared_prefix_hidden(model, batch), batch.rows
     else:
         h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
     trained = batch.loss_mask != 0
     if value_tasks is not None:
-        values = align_to_targets(model.values_from_hidden(h))
+        values = align_to_targets(model_values(model, given, h))
         trained = trained & ~jnp.isin(batch.task_id, jnp.asarray(value_tasks, jnp.int32))[:, None]
     if model.lm_head is None:
         w = model.embed_tokens.weight[...].astype(h.dtype).T
@@ -278,6 +280,25 @@ def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, c
                                                             with_entropy=True, temperature=temp)
     out = (align_to_targets(lp), align_to_targets(ent), fits)
     return out if value_tasks is None else out + (values,)
+
+
+def model_values(model, batch: TokenBatch | SharedPrefixBatch, h: Optional[jax.Array] = None) -> jax.Array:
+    """float32 [B, T] per-position values V (not yet aligned to targets) of `batch` (`batch.rows`' layout for a
+    SharedPrefixBatch): the value head on the policy's final hidden states `h` (computed when None), or, for a
+    model with a separate critic, the critic's own forward over the same tokens (its gradient reaches only the
+    critic's params)."""
+    source = getattr(model, "value_source", None)
+    if source is None:
+        raise ValueError("this model has no critic: attach one with models.qwen2.attach_value_head(model) (a head on "
+                         "the policy's trunk) or models.qwen2.attach_critic(model) (a separate critic model)")
+    if source == "separate":
+        model, h = model.critic, None
+    if h is None:
+        if isinstance(batch, SharedPrefixBatch):
+            h = _shared_prefix_hidden(model, batch)
+        else:
+            h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
+    return model.values_from_hidden(h)
 
 
 def _shared_prefix_hidden(model, batch: SharedPrefixBatch):

@@ -57,10 +57,13 @@ class MetricsWriter:
         return scalars
 
     def close(self):
+        """Flushes and closes the files and TensorBoard's writer thread; a second call is a no-op."""
         if self.enabled:
+            self.enabled = False
             self._jsonl.close()
             if self._tb is not None:
                 self._tb.close()
+                self._tb = None
 
 
 def read_metrics(logdir: str) -> list[dict]:

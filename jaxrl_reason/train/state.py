@@ -1,7 +1,7 @@
 """Optimizer construction and the (pure) training state."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -53,13 +53,34 @@ def _decay_mask(params):
     return jax.tree_util.tree_map_with_path(mask, params)
 
 
+def _critic_labels(params):
+    # "critic" for the leaves under a separate critic (models.qwen2.attach_critic), "policy" for the rest.
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: "critic" if str(getattr(path[0], "key", path[0])) == "critic" else "policy", params)
+
+
+def _critic_mask(params):
+    return jax.tree.map(lambda label: label == "critic", _critic_labels(params))
+
+
 def make_optimizer(lr: float, *, total_steps: int, warmup_steps: int = 0, schedule: str = "constant",
                    weight_decay: float = 0.0, clip_norm: float = 1.0, b1: float = 0.9, b2: float = 0.999,
-                   eps: float = 1e-8) -> optax.GradientTransformation:
-    """AdamW with global-norm clipping (clip_norm <= 0 disables it) and a warm-up/decay schedule."""
+                   eps: float = 1e-8, critic_lr_scale: Optional[float] = None) -> optax.GradientTransformation:
+    """AdamW with global-norm clipping (clip_norm <= 0 disables it) and a warm-up/decay schedule.
+
+    critic_lr_scale: for params holding a separate critic (PPO, `attach_critic`): the critic's gradient is
+    clipped by its own global norm and its step is scaled by this, as verl and TRL give the critic its own
+    optimizer (the same schedule shape). None: one group."""
     sched = learning_rate_schedule(lr, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule)
-    parts = [optax.clip_by_global_norm(clip_norm)] if clip_norm and clip_norm > 0 else []
+    parts = []
+    if clip_norm and clip_norm > 0:
+        clip = optax.clip_by_global_norm(clip_norm)
+        parts.append(clip if critic_lr_scale is None else
+                     optax.multi_transform({"policy": clip, "critic": optax.clip_by_global_norm(clip_norm)},
+                                           _critic_labels))
     parts.append(optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=_decay_mask))
+    if critic_lr_scale is not None and critic_lr_scale != 1.0:
+        parts.append(optax.masked(optax.scale(float(critic_lr_scale)), _critic_mask))
     return optax.chain(*parts)
 
 

@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.methods.base import Context, Method, Rollouts, generate_rollouts
-from jaxrl_reason.models.qwen2 import attach_value_head
+from jaxrl_reason.models.qwen2 import attach_critic, attach_value_head
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
@@ -157,11 +157,19 @@ class Trainer:
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
         self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
-        if getattr(method, "needs_value_head", False):
+        critic = getattr(method, "critic", None)
+        if critic == "head":
             # PPO's critic shares the policy's trunk: a zero value head joins the param tree (in place, so whoever
             # holds the module -- a pipeline evaluating or saving it -- sees the trainer's structure), and is then
             # trained, checkpointed and restored with the policy. The HF save drops it unless asked.
             attach_value_head(model)
+        elif critic == "separate":
+            # A critic model of its own, in the same param tree (so one update, one checkpoint, one sharding), that
+            # only the value loss trains; its learning rate and gradient clip are its own (make_optimizer).
+            attach_critic(model, init=method.critic_init, seed=config.seed)
+        elif critic is not None:
+            raise ValueError(f"method {method.name!r} asks for critic={critic!r}; the trainer builds 'head' or "
+                             "'separate'")
         self.graphdef = nnx.graphdef(model)
         self.terms = method.terms()
         if config.dynamic_sampling and method.uses_zero_signal_groups:
@@ -171,7 +179,8 @@ class Trainer:
         self.optimizer = make_optimizer(config.lr, total_steps=optimizer_steps(config),
                                         warmup_steps=config.warmup_steps,
                                         schedule=config.schedule, weight_decay=config.weight_decay,
-                                        clip_norm=config.clip_norm)
+                                        clip_norm=config.clip_norm,
+                                        critic_lr_scale=(method.critic_lr_scale if critic == "separate" else None))
         ref_temps = scoring_temperatures(self.terms, self._scoring_temperature())
         tr = start_training(model, self.optimizer, self.terms, mesh, rules=rules, micro_batches=config.micro_batches,
                             logprob_chunk=config.logprob_chunk, temperature=self._scoring_temperature(),
