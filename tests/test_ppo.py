@@ -390,3 +390,26 @@ def test_separate_critic_trains_checkpoints_resumes_and_exports(critic_runs, tmp
     save_pretrained(model, path)  # "drop": the stale critic directory goes too
     assert not os.path.exists(os.path.join(path, "critic"))
     assert os.path.exists(os.path.join(path, "model.safetensors"))
+
+
+def test_ppo_composes_with_every_aggregation(tok, critic="separate"):
+    # The aggregation is the pg term's alone; the value term (token mean) sits beside it in every case.
+    from jaxrl_reason.rl.losses import AGGREGATIONS
+
+    rollouts = _fixed_rollouts(tok)
+    losses = {}
+    for agg in AGGREGATIONS:
+        model = tiny_model(tok, seed=1)
+        model = attach_value_head(model) if critic == "head" else attach_critic(model)
+        max_len = {"max_len": 16} if agg == "seq_mean_token_sum_norm" else {}
+        method = make_method({"name": "ppo", "aggregation": agg, **max_len, "extra": {"critic": critic}})
+        assert [t.aggregation for t in method.terms() if t.name == "pg"] == [agg]
+        tr = start_training(model, optax.adam(1e-3), method.terms())
+        ctx = Context(tok, _NoSample(), parity_reward, np.random.default_rng(0), tok.pad_id, model, tr.params,
+                      max_new_tokens=16)
+        out = tr.update(tr.params, tr.opt_state, pad_rows_to(method.build(rollouts, ctx)[0], 8))
+        assert all(bool(v) for v in out.finite.values()), agg
+        losses[agg] = float(out.metrics["loss/pg"])
+        assert "loss/value" in out.metrics
+    # The aggregations weigh the rows' tokens differently (lengths 6, 9, 4, 7): the pg losses differ.
+    assert len({round(v, 7) for v in losses.values()}) == len(AGGREGATIONS), losses
