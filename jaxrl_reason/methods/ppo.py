@@ -1,5 +1,6 @@
-"""PPO with a learned value (METHODS.md §1): a value head on the policy's final hidden state, GAE, whitening,
-and the clipped value loss as one more term of the fused update.
+"""PPO with a learned value (METHODS.md §1): a value head on the policy's final hidden state or a separate critic
+model (`critic="separate"`, `models.qwen2.attach_critic`), GAE, whitening, and the clipped value loss as one more
+term of the fused update.
 
 Per step: the current params score V(s_t) for every completion token (the state that emits token t: the hidden
 state that predicts it), once, before any update -- the values GAE uses and the value clip is centred on, as the
