@@ -119,6 +119,7 @@ class PPO(GRPO):
 
     name = "ppo"
     tasks = ("solve", VALUE_TASK)
+
     def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *, gamma: float = 1.0,
                  lam: float = 1.0, whiten: str = "masked_batch", value_coef: float = 0.1, value_clip: float = 0.2,
                  value_rows_per_call: int = 32, critic: str = "head", critic_init: str = "policy",

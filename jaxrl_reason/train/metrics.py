@@ -58,8 +58,7 @@ class MetricsWriter:
 
     def close(self):
         """Flushes and closes the files and TensorBoard's writer thread; a second call is a no-op."""
-        if self.enabled:
-            self.enabled = False
+        if self.enabled and not self._jsonl.closed:  # a write after close still raises (closed file)
             self._jsonl.close()
             if self._tb is not None:
                 self._tb.close()
