@@ -290,3 +290,79 @@ def test_latin_blanks_knob_and_the_cure_preset():
         assert grid.split().count("x") + grid.split().count("x,") == blanks
     assert read_run_config(c).sft.aux_critique_share == 0.25
     assert type(make_method(read_run_config(c).method)).__name__ == "CURE"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The worked check (data.verify_format="worked_check")
+# ---------------------------------------------------------------------------------------------------------------
+def test_latin_worked_check_marks_the_line_that_breaks_and_its_verdict_is_the_checker():
+    assert ls.check_text(LQ, LSQ) == ("Row 1: A x C D | A B C D ok\nRow 2: C D x B | C D A B ok\n"
+                                      "Row 3: x A D C | B A D C ok\nRow 4: D C B x | D C B A ok\n"
+                                      "Col 1: A C B D ok\nCol 2: B D A C ok\nCol 3: C A D B ok\nCol 4: D B C A ok")
+    changed = list(LSQ)
+    changed[0] = "B"  # a given rewritten: row 1 says changed (not repeat), column 1 now repeats B
+    lines = ls.check_text(LQ, changed).split("\n")
+    assert lines[0] == "Row 1: A x C D | B B C D changed" and lines[4] == "Col 1: B C B D repeat"
+    assert [ln.rsplit(" ", 1)[1] for ln in lines] == ["changed"] + ["ok"] * 3 + ["repeat"] + ["ok"] * 3
+    blank = f"{ls.INSTRUCTION}\nGrid: " + ", ".join(["x x x x"] * 4)
+    marks = [ln.rsplit(" ", 1)[1] for ln in ls.check_text(blank, "A B C D B A D C A B C D D C B A".split()).split("\n")]
+    assert marks == ["ok"] * 4 + ["repeat"] * 4  # rows 1 and 3 equal: every row fine, every column repeats
+    marks = [ln.rsplit(" ", 1)[1] for ln in ls.check_text(blank, "A A C D B B D C C D A B D C B A".split()).split("\n")]
+    assert marks[:2] == ["repeat", "repeat"] and marks[2:4] == ["ok", "ok"]
+    assert ls.check_text(LQ, None) == ls.check_text(LQ, ["A"] * 3) == ls.NO_GRID_CHECK
+    rng = np.random.default_rng(0)
+    for e in ls.latin_square_examples(40, seed=3):
+        for sol in (e.solution, ls.solution_text(ls._wrong(e, rng)[0])):
+            target = ls.verify_target(e.question, sol, "worked_check")
+            check, verdict = target.rsplit("\n", 1)
+            assert verdict == (VERIFY_YES if ls.check(e.question, sol) else VERIFY_NO)
+            assert (verdict == VERIFY_YES) == all(ln.endswith(" ok") for ln in check.split("\n"))
+            assert check == ls.check_text(e.question, ls.parse_answer(sol))
+    with pytest.raises(ValueError, match="worked check"):
+        gp.verify_target(Q, _sol("A F G"), "worked_check")
+    with pytest.raises(ValueError, match="verify_format"):
+        ls.verify_target(LQ, ls.solution_text(LSQ), "cot")
+
+
+def _latin_cfg(tmp_path, **data):
+    c = _tiny_cfg(tmp_path)
+    c.data.source = "latin_square"
+    c.method.name, c.method.extra = "grpo", {}  # the preset is RL^V, whose verify term reads the one-token verdict
+    for k, v in data.items():
+        setattr(c.data, k, v)
+    return c
+
+
+def test_worked_check_verify_rows_end_in_the_verdict_token_and_bad_uses_are_refused(tmp_path):
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import sft_examples
+    from jaxrl_reason.inference.verifier import verdict_ids
+
+    c = _latin_cfg(tmp_path, verify_format="worked_check")
+    c.sft.aux_verify_share = 0.5
+    rc, _ = start(c)
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    yes, no = verdict_ids(tok)
+    rows = [r for r in sft_examples(rc, task)[0] if r.meta.get("format") == "verify"]
+    assert len(rows) == 20 and {r.solution.rsplit("\n", 1)[1] for r in rows} == {VERIFY_YES, VERIFY_NO}
+    for r in rows:
+        assert r.solution.startswith("Row 1: ")
+        ids = tok.encode(r.solution)  # the verdict is its own token after the line break, the id the scorer reads
+        assert ids[-1] == (yes if r.solution.endswith(VERIFY_YES) else no)
+        assert tok.decode(ids[:-1]) == r.solution.rsplit("\n", 1)[0] + "\n"
+    with pytest.raises(ValueError, match="data.verify_format='worked_check' needs a task"):
+        start(_latin_cfg(tmp_path, verify_format="worked_check", source="graph_path"))
+    with pytest.raises(ValueError, match="data.verify_format='bogus' is unknown"):
+        start(_latin_cfg(tmp_path, verify_format="bogus"))
+    c = _tiny_cfg(tmp_path)
+    c.data.source, c.data.verify_format = "latin_square", "worked_check"
+    with pytest.raises(ValueError, match="verify term"):
+        start(c)
+    c = _latin_cfg(tmp_path, verify_format="worked_check")
+    c.sft.verify_steps = 10
+    with pytest.raises(ValueError, match="sft.verify_steps=0"):
+        start(c)

@@ -141,3 +141,31 @@ def test_verdict_logprobs_are_log_probabilities(model, tok, rows):
     lp = verdict_logprobs(model, tok, questions, solutions)
     assert lp.shape == (5, 2) and (lp < 0).all()
     np.testing.assert_allclose(np.exp(lp[:, 0]), score(model, tok, questions, solutions), rtol=1e-6)
+
+
+def test_worked_check_inputs_are_the_greedy_continuation_cut_at_the_verdict(model, tok, rows):
+    """check_tokens > 0: the verdict is read after what the model writes greedily from the verify prompt, cut
+    before its first verdict (or stop) token; the scores are P(Yes) at the end of exactly those inputs."""
+    from jaxrl_reason.inference.verifier import verify_inputs
+    from jaxrl_reason.sampling.sampler import sample
+
+    questions, solutions = rows
+    prompts = verify_prompts(tok, questions, solutions)
+    assert verify_inputs(model, tok, questions, solutions) == prompts  # check_tokens=0: the prompt alone
+    yes, no = verdict_ids(tok)
+    ends = {yes, no, *tok.stop_ids}
+    inputs = verify_inputs(model, tok, questions, solutions, check_tokens=12, batch_size=2)
+    free = sample(model, prompts, jax.random.PRNGKey(3), max_new_tokens=12, temperature=0.0,
+                  pad_id=tok.pad_id).completions()  # greedy without stop ids: the same tokens up to the first end
+    for p, x, f in zip(prompts, inputs, free):
+        f = list(f)
+        first_end = next((i for i, t in enumerate(f) if t in ends), len(f))
+        assert x == list(p) + f[:first_end]
+    assert any(len(x) > len(p) for x, p in zip(inputs, prompts))
+    lp = verdict_logprobs(model, tok, questions, solutions, check_tokens=12, batch_size=2)
+    np.testing.assert_allclose(lp, scoring.token_logprobs_at_end(model, inputs, [yes, no], pad_id=tok.pad_id),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lp, verdict_logprobs(model, tok, questions, solutions, inputs=inputs), rtol=1e-6)
+    assert not np.allclose(lp, verdict_logprobs(model, tok, questions, solutions), atol=1e-3)
+    with pytest.raises(ValueError, match="check_tokens must be >= 0"):
+        verify_inputs(model, tok, questions, solutions, check_tokens=-1)

@@ -9,7 +9,10 @@
 2. the policy's own verifier (P("Yes") on the RL^V verify prompt) on those samples right after the warm-up;
 3. the same after an offline verifier warm-up on the policy's own labelled samples of training questions
    (`train/verify_warmup.py`), i.e. the verifier RL^V could reach; with --contrast also on (worked solution,
-   "Yes") / (injected wrong solution, "No") pairs, the wrong kinds drawn from the task's INJECT_WEIGHTS.
+   "Yes") / (injected wrong solution, "No") pairs, the wrong kinds drawn from the task's INJECT_WEIGHTS;
+   with --verify-format worked_check those pairs' targets are the task's worked check then the verdict, trained
+   by next-token SFT on the whole target (with worked-solution rows beside them), and the verifier writes its
+   check (greedy, at most --check-tokens) before the score is read.
 The SFT model is kept in <workdir>/sft_model and reused by a later call with the same workdir.
 Scores come from `inference.test_time.evaluate` and `inference.diagnostics.verifier_quality`.
 """
@@ -51,9 +54,63 @@ def error_counts(examples, samples, source: str = "graph_path") -> dict:
 def measure(model, tokenizer, heldout, rc, args, reward_fn):
     from jaxrl_reason.inference.test_time import evaluate
 
-    v = evaluate(model, tokenizer, heldout[:args.vote_questions], n=args.vote_n, max_new_tokens=rc.rl.max_new_tokens,
-                 temperature=rc.rl.temperature, seed=rc.seed, progress=False, reward_fn=reward_fn, keep_samples=True)
-    return v
+    check_tokens = args.check_tokens if args.verify_format == "worked_check" else 0
+    return evaluate(model, tokenizer, heldout[:args.vote_questions], n=args.vote_n,
+                    max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature, seed=rc.seed, progress=False,
+                    reward_fn=reward_fn, keep_samples=True, check_tokens=check_tokens)
+
+
+def worked_check_pairs(source: str, examples, seed: int) -> list:
+    """Per example two verify rows whose target is the worked check and the verdict: its worked solution and a
+    wrong one drawn in the policy's measured error mix (`data.testbed.injected_wrong`)."""
+    import numpy as np
+
+    from jaxrl_reason.data import testbed
+    from jaxrl_reason.data.datasets import Example
+    from jaxrl_reason.data.prompts import verify_prompt
+
+    task, rng, rows = testbed.task_of(source), np.random.default_rng(seed), []
+    for e in examples:
+        for tag, sol in (("right", e.solution), ("wrong", task.solution_text(testbed.injected_wrong(task, e, rng)[0]))):
+            rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/check_{tag}",
+                                testbed.verify_target(task, e.question, sol, "worked_check"),
+                                {"format": "verify", "question": e.question, "solution": sol}))
+    return rows
+
+
+def train_worked_check(model, tokenizer, task, rc, args) -> dict:
+    """The offline verifier of --verify-format worked_check: SFT on worked-check pairs of the first
+    --verify-questions training questions, with one worked-solution row per four verify rows (the warm-up's own
+    slice, so the solver keeps its skill); pairs of the first 10% of those questions (at most 100), not trained
+    on, give its balanced accuracy before and after (the check written, then the verdict read)."""
+    import numpy as np
+
+    from jaxrl_reason.data.prompts import VERIFY_YES
+    from jaxrl_reason.inference.verifier import verdict_logprobs
+    from jaxrl_reason.train.trainer import sft_train
+
+    qs = task.train[:args.verify_questions]
+    n_held = min(100, max(1, len(qs) // 10))
+    held = worked_check_pairs(rc.data.source, qs[:n_held], rc.seed + 1)
+    labels = np.array([r.solution.endswith(VERIFY_YES) for r in held])
+
+    def held_balanced_accuracy() -> float:
+        lp = verdict_logprobs(model, tokenizer, [r.meta["question"] for r in held], [r.meta["solution"] for r in held],
+                              check_tokens=args.check_tokens)
+        yes = lp[:, 0] > lp[:, 1]
+        return float(0.5 * (yes[labels].mean() + (~yes[~labels]).mean()))
+
+    before = held_balanced_accuracy()
+    pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed)
+    turns = frozenset(r.question for r in pairs)
+    solve = list(task.train[:max(1, len(pairs) // 4)])
+    prompt_fn = lambda q: q if q in turns else task.prompt_fn(q)  # noqa: E731
+    hist = sft_train(model, tokenizer, pairs + solve, steps=args.verify_steps,
+                     batch_size=rc.sft.verify_batch_size + rc.sft.verify_solve_rows, lr=args.verify_lr,
+                     warmup_steps=rc.sft.warmup_steps, seed=rc.seed, progress=False, prompt_fn=prompt_fn)
+    return {"rows": 0, "contrast_rows": len(pairs), "solve_rows": len(solve), "heldout_rows": len(held),
+            "before_bal_acc": before, "after_bal_acc": held_balanced_accuracy(),
+            "first_nll": hist[0]["sft/nll"], "last_nll": hist[-1]["sft/nll"]}
 
 
 def main():
@@ -72,11 +129,18 @@ def main():
     p.add_argument("--contrast", action="store_true",
                    help="also train the offline verifier on (worked solution, Yes) / (injected wrong one, No) pairs "
                         "of each training question, the wrong one drawn from the task's INJECT_WEIGHTS mix")
+    p.add_argument("--verify-format", default="verdict", choices=["verdict", "worked_check"],
+                   help="the offline verifier's target: the one-token verdict, or the task's worked check then the "
+                        "verdict (needs --contrast and --verify-samples 0: contrast pairs only)")
+    p.add_argument("--check-tokens", type=int, default=256,
+                   help="worked_check: the most tokens the verifier writes before its verdict is read")
     p.add_argument("--latin-blanks", type=int, default=0,
                    help="latin_square blanks per grid (0 = the config's data.latin_blanks)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KNOB=VALUE",
                    help="override any config knob, e.g. --set sft.lr=1e-3 (repeatable)")
     args = p.parse_args()
+    if args.verify_format == "worked_check" and not (args.contrast and args.verify_samples == 0):
+        p.error("--verify-format worked_check trains on contrast pairs only: add --contrast --verify-samples 0")
 
     from absl import logging
 
@@ -131,6 +195,13 @@ def main():
         mod = importlib.import_module(f"jaxrl_reason.data.{rc.data.source}")
         contrast_fn = lambda e, rng: mod.solution_text(mod._wrong(e, rng)[0])  # noqa: E731
     t = time.time()
+    if args.verify_format == "worked_check":
+        out["verify_warmup"] = {"seconds": None, **train_worked_check(model, tokenizer, task, rc, args)}
+        out["verify_warmup"]["seconds"] = time.time() - t
+        print("verify_warmup", json.dumps(out["verify_warmup"]), flush=True)
+        record("after_offline_verifier", measure(model, tokenizer, task.heldout, rc, args, task.reward_fn))
+        json.dump(out, open(os.path.join(workdir, "probe.json"), "w"), indent=2)
+        return
     res = verify_warmup(model, tokenizer, task.train[:args.verify_questions], task.reward_fn, steps=args.verify_steps,
                         batch_size=rc.sft.verify_batch_size, solve_batch_size=rc.sft.verify_solve_rows,
                         lr=args.verify_lr, samples_per_question=args.verify_samples,

@@ -220,6 +220,37 @@ def critique_text(question: str, cells: Sequence[str], kind: Optional[str]) -> s
             f"HIGH_LEVEL_HINT: {_HINT[kind]}")
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The worked check (verify_format="worked_check"): the verifier writes the check before its verdict
+# ----------------------------------------------------------------------------------------------------------------
+NO_GRID_CHECK = "Grid: unreadable"
+
+
+def check_text(question: str, cells: Optional[Sequence[str]]) -> str:
+    """The check a verifier writes before its verdict, one constraint group per line, each a copy of what it
+    compares and the outcome: a row line puts the question's row beside the answer's row (`changed` when a given
+    differs, else `repeat` when a symbol is doubled, else `ok`), a column line copies the answer's column. Every
+    decision is then over a few adjacent tokens the line itself just wrote -- the positional copying a tiny model
+    learns first -- instead of over all 16 cells at the verdict token. The verdict is the conjunction of the lines.
+
+        Row 1: A x C x | A B C D ok
+        ...
+        Col 4: D B C A ok"""
+    if cells is None or len(cells) != N * N or any(c not in SYMBOLS for c in cells):
+        return NO_GRID_CHECK
+    puzzle = parse_question(question)
+    rows, cols = _lines(cells)
+    lines = []
+    for r, row in enumerate(rows):
+        given = puzzle[r * N:(r + 1) * N]
+        mark = ("changed" if any(g != BLANK and g != c for g, c in zip(given, row))
+                else "repeat" if len(set(row)) != N else "ok")
+        lines.append(f"Row {r + 1}: {' '.join(given)} | {' '.join(row)} {mark}")
+    for j, col in enumerate(cols):
+        lines.append(f"Col {j + 1}: {' '.join(col)} {'repeat' if len(set(col)) != N else 'ok'}")
+    return "\n".join(lines)
+
+
 # The mix `_wrong` draws injected kinds from: the warmed-up policy's own wrong samples at 10 blanks
 # (docs/results/testbed.md: col_repeat 329, given_changed 182, row_repeat 91 of its 627 wrong samples; the other
 # 25 were unparsable grids, a format failure, not injected).
@@ -229,7 +260,7 @@ INJECT_WEIGHTS = {"col_repeat": 0.55, "given_changed": 0.30, "row_repeat": 0.15}
 TASK = testbed.TestbedTask(
     source="latin_square", gold=lambda e: list(e.meta["square"]), solution_text=solution_text, parse=parse_answer,
     error_kind=error_kind, answer_text=grid_text, inject_error=inject_error, inject_weights=INJECT_WEIGHTS,
-    critique_text=critique_text, can_inject=can_inject)
+    critique_text=critique_text, can_inject=can_inject, check_text=check_text)
 
 # The shared pieces (data/testbed.py) under this task's names.
 text_error_kind, check, verify_target, _wrong, auxiliary_rows, latin_square_reward = testbed.bound(TASK)

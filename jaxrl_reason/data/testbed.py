@@ -29,6 +29,8 @@ class TestbedTask(NamedTuple):
     inject_weights: Mapping[str, float]  # the policy's measured error mix that injected kinds follow
     critique_text: Callable[[str, Any, Optional[str]], str]  # (question, answer, kind) -> the four-field critique
     can_inject: Callable[[Example, str], bool] = lambda e, kind: True  # a kind this instance admits
+    # (question, answer or None) -> the worked check written before the verdict (verify_format="worked_check")
+    check_text: Optional[Callable[[str, Any], str]] = None
 
 
 TestbedTask.__test__ = False  # pytest: not a test class
@@ -55,8 +57,33 @@ def reward(task: TestbedTask, texts: Sequence[str], examples: Sequence[Example])
     return RewardResult(np.asarray(scores, np.float32), details)
 
 
-def verify_target(task: TestbedTask, question: str, text: str) -> str:
-    return VERIFY_YES if check(task, question, text) else VERIFY_NO
+VERIFY_FORMATS = ("verdict", "worked_check")
+# The testbed tasks by data source: each module describes itself as a TestbedTask named TASK
+TASK_MODULES = {"graph_path": "jaxrl_reason.data.graph_path", "graph_colour": "jaxrl_reason.data.graph_colour",
+                "latin_square": "jaxrl_reason.data.latin_square"}
+
+
+def task_of(source: str) -> TestbedTask:
+    """The TestbedTask of a data source in TASK_MODULES (imported on first use)."""
+    import importlib
+
+    if source not in TASK_MODULES:
+        raise ValueError(f"data.source={source!r} is not a testbed task; use {' | '.join(TASK_MODULES)}")
+    return importlib.import_module(TASK_MODULES[source]).TASK
+
+
+def verify_target(task: TestbedTask, question: str, text: str, verify_format: str = "verdict") -> str:
+    """The verify row's target: the verdict alone ("verdict", METHODS §2), or the task's worked check of the
+    answer, a line break and the verdict ("worked_check", a [choice]: docs/methods/testbed.md)."""
+    verdict = VERIFY_YES if check(task, question, text) else VERIFY_NO
+    if verify_format == "verdict":
+        return verdict
+    if verify_format != "worked_check":
+        raise ValueError(f"verify_format={verify_format!r} is unknown; use {' | '.join(VERIFY_FORMATS)}")
+    if task.check_text is None:
+        raise ValueError(f"verify_format='worked_check' needs a task with a worked check; {task.source} has none "
+                         "(use verify_format='verdict')")
+    return f"{task.check_text(question, task.parse(text))}\n{verdict}"
 
 
 def injected_wrong(task: TestbedTask, e: Example, rng: np.random.Generator) -> tuple[Any, str]:
@@ -77,11 +104,12 @@ def bound(task: TestbedTask) -> tuple:
 
 
 def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,
-                   seed: int) -> list[Example]:
+                   seed: int, verify_format: str = "verdict") -> list[Example]:
     """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
     whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
     `critique` CURE critiques (half of wrong solutions, half of right ones) and `correct` CIPO corrections (a
-    wrong attempt -> the worked solution). Examples are cycled when a count exceeds them."""
+    wrong attempt -> the worked solution). Examples are cycled when a count exceeds them. `verify_format` as in
+    `verify_target`."""
     if min(verify, critique, correct) < 0:
         raise ValueError("auxiliary_rows: counts must be >= 0")
     if not examples and verify + critique + correct:
@@ -94,7 +122,7 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
         e = pick(i)
         sol = task.solution_text(task.gold(e) if i % 2 == 0 else injected_wrong(task, e, rng)[0])
         rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/verify{i}",
-                            verify_target(task, e.question, sol), meta("verify")))
+                            verify_target(task, e.question, sol, verify_format), meta("verify")))
     for i in range(critique):
         e = pick(verify + i)
         a, kind = (task.gold(e), None) if i % 2 == 0 else injected_wrong(task, e, rng)

@@ -6,6 +6,7 @@ from typing import Callable, NamedTuple
 
 from jaxrl_reason.data.datasets import dedupe, heldout_score, load_examples, question_key
 from jaxrl_reason.data.prompts import code_solve_prompt, solve_prompt
+from jaxrl_reason.data.testbed import TASK_MODULES
 from jaxrl_reason.experiment.config import DataSection
 from jaxrl_reason.rewards.math import math_reward
 
@@ -100,23 +101,11 @@ def graph_path_source(d: DataSection, seed: int) -> TaskData:
     return TaskData(train, heldout, graph_path_reward, solve_prompt)
 
 
-def graph_path_aux(examples, *, verify: int, critique: int, correct: int, seed: int):
-    from jaxrl_reason.data.graph_path import auxiliary_rows
-
-    return auxiliary_rows(examples, verify=verify, critique=critique, correct=correct, seed=seed)
-
-
 def graph_colour_source(d: DataSection, seed: int) -> TaskData:
     from jaxrl_reason.data.graph_colour import graph_colour_examples, graph_colour_reward
 
     train, heldout = split_heldout(graph_colour_examples(_pool_size(d), seed=seed), d.heldout_size)
     return TaskData(train, heldout, graph_colour_reward, solve_prompt)
-
-
-def graph_colour_aux(examples, *, verify: int, critique: int, correct: int, seed: int):
-    from jaxrl_reason.data.graph_colour import auxiliary_rows
-
-    return auxiliary_rows(examples, verify=verify, critique=critique, correct=correct, seed=seed)
 
 
 def latin_square_source(d: DataSection, seed: int) -> TaskData:
@@ -127,18 +116,12 @@ def latin_square_source(d: DataSection, seed: int) -> TaskData:
     return TaskData(train, heldout, latin_square_reward, solve_prompt)
 
 
-def latin_square_aux(examples, *, verify: int, critique: int, correct: int, seed: int):
-    from jaxrl_reason.data.latin_square import auxiliary_rows
-
-    return auxiliary_rows(examples, verify=verify, critique=critique, correct=correct, seed=seed)
-
-
 SOURCES = {"arithmetic": arithmetic_source, "code": code_source, "reasoning_gym": reasoning_gym_source,
            "file": file_source, "graph_path": graph_path_source, "graph_colour": graph_colour_source,
            "latin_square": latin_square_source}
-# Sources that can write the auxiliary warm-up formats (verify rows, critiques, corrections) from their own
-# instances: (train examples, *, verify, critique, correct, seed) -> Examples whose question is the whole user turn
-AUX_FORMATS = {"graph_path": graph_path_aux, "graph_colour": graph_colour_aux, "latin_square": latin_square_aux}
+# Sources that write the auxiliary warm-up formats (verify rows, critiques, corrections) from their own instances:
+# the testbed tasks (`data.testbed.task_of`)
+AUX_FORMATS = TASK_MODULES
 
 
 def build_data(d: DataSection, seed: int) -> TaskData:

@@ -23,6 +23,10 @@ def start(cfg):
     rc = read_run_config(cfg)
     method = make_method(rc.method)
     check_verify_warmup(rc)
+    if rc.data.verify_format != "verdict" and "verify" in method.tasks:
+        raise ValueError(f"config data.verify_format={rc.data.verify_format!r}: the RL verify term of "
+                         f"method {rc.method.name!r} trains the one-token verdict only (a worked-check verify term "
+                         "is not built); use data.verify_format='verdict' or a method without a verify term")
     return rc, method
 
 

@@ -8,6 +8,7 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
+from jaxrl_reason.data.testbed import VERIFY_FORMATS, auxiliary_rows, task_of
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
 from jaxrl_reason.experiment.model import build_model, load_hf, save_hf
 
@@ -62,6 +63,18 @@ def check_aux_formats(rc: RunConfig) -> None:
     if any(shares.values()) and rc.data.source not in AUX_FORMATS:
         raise ValueError(f"config sft.aux_*_share > 0 needs a data source that writes the auxiliary formats "
                          f"({' | '.join(AUX_FORMATS)}), got data.source={rc.data.source!r}; set the shares to 0")
+    fmt = rc.data.verify_format
+    if fmt not in VERIFY_FORMATS:
+        raise ValueError(f"config data.verify_format={fmt!r} is unknown; use {' | '.join(VERIFY_FORMATS)}")
+    if fmt == "worked_check":
+        if rc.data.source not in AUX_FORMATS or task_of(rc.data.source).check_text is None:
+            with_check = [s for s in AUX_FORMATS if task_of(s).check_text is not None]
+            raise ValueError(f"config data.verify_format='worked_check' needs a task that writes a worked check "
+                             f"({' | '.join(with_check)}), got data.source={rc.data.source!r}; use 'verdict'")
+        if s.verify_steps > 0:
+            raise ValueError("config data.verify_format='worked_check' teaches the check through the SFT rows "
+                             "(sft.aux_verify_share); the verification warm-up (sft.verify_steps) trains the "
+                             "one-token verdict only: set sft.verify_steps=0")
 
 
 def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
@@ -74,7 +87,8 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
     counts = {k: int(round(getattr(s, f"aux_{k}_share") * len(base))) for k in ("verify", "critique", "correct")}
     if not any(counts.values()):
         return base, task.prompt_fn
-    aux = AUX_FORMATS[rc.data.source](base, seed=rc.seed, **counts)
+    aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
+                         **counts)
     turns = frozenset(e.question for e in aux)
 
     def prompt_fn(question: str) -> str:

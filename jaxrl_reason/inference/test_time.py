@@ -29,7 +29,7 @@ import numpy as np
 from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.inference import estimators as est
 from jaxrl_reason.inference.diagnostics import best_of_n_chance, verifier_quality, vote_headroom
-from jaxrl_reason.inference.verifier import scores_from_logprobs, verdict_logprobs, verify_prompts
+from jaxrl_reason.inference.verifier import scores_from_logprobs, verdict_logprobs, verify_inputs
 from jaxrl_reason.rewards.math import answers_equivalent, equivalence_classes, math_reward
 from jaxrl_reason.progress import CallbackBar
 from jaxrl_reason.sampling.sampler import FINISH_LENGTH, FINISH_NAMES, sample
@@ -379,7 +379,7 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
              num_subsets: int = 1000, normalize: bool = False, judge: Optional[tuple] = None,
              prompt_batch_size: int = 8, score_batch_size: int = 32, state=None,
              reward_fn: Optional[Callable] = None, grader=None, progress: bool = True,
-             keep_samples: bool = True) -> dict:
+             keep_samples: bool = True, check_tokens: int = 0) -> dict:
     """Sample `n` solutions per question ONCE, score them ONCE with the model as its own verifier (and with an
     optional `judge=(model, tokenizer)` as LLM-as-a-judge), then report every strategy at every k in `ks`
     (default 1, 2, 4, ..., n) from those same samples.
@@ -390,6 +390,8 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
     "tokens_per_question" (mean generated / verifier-prompt tokens a k-sample strategy spends), "verifier"
     (score quality), "vote_headroom", "best_of_n_chance" (Best-of-n of a verifier that reads nothing),
     "finish_reasons", "config", and with `keep_samples` the per-question "samples".
+    check_tokens > 0: the model as its own verifier first writes a worked check of at most that many tokens
+    (`verifier.verify_inputs`; counted in "verifier_prompt" tokens); a judge reads the verdict off the prompt.
     """
     examples = list(examples)
     if not examples:
@@ -439,13 +441,15 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
     scores, logprobs, verify_len = {}, {}, None
     for name, (vm, vt, vs) in verifiers.items():
         bar = CallbackBar(progress, q * n, f"scoring ({name})", "sample")
+        inputs = verify_inputs(vm, vt, questions, completions, check_tokens=check_tokens if name == "self" else 0,
+                               batch_size=score_batch_size, state=vs)
         lp = verdict_logprobs(vm, vt, questions, completions, batch_size=score_batch_size, state=vs,
-                              progress=lambda done, total: bar.at(done))
+                              progress=lambda done, total: bar.at(done), inputs=inputs)
         bar.close()
         logprobs[name] = lp.reshape(q, n, 2)
         scores[name] = scores_from_logprobs(lp, normalize=normalize).reshape(q, n)
         if name == "self":
-            verify_len = np.array([len(p) for p in verify_prompts(vt, questions, completions)]).reshape(q, n)
+            verify_len = np.array([len(p) for p in inputs]).reshape(q, n)
 
     # 4. Every strategy at every k.
     strategies = accuracy_curves(correct, classes, ks, scores=scores, num_subsets=num_subsets, seed=seed)
@@ -465,7 +469,8 @@ def evaluate(model, tokenizer, examples: Sequence[Any], *, n: int, max_new_token
         "vote_headroom": {name: vote_headroom(correct, classes, s) for name, s in scores.items()},
         "best_of_n_chance": best_of_n_chance(correct, [completions[i * n:(i + 1) * n] for i in range(q)]),
         "config": {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k,
-                   "seed": seed, "score": "P(Yes)/(P(Yes)+P(No))" if normalize else "P(Yes)"},
+                   "seed": seed, "score": "P(Yes)/(P(Yes)+P(No))" if normalize else "P(Yes)",
+                   "check_tokens": check_tokens},
     }
     if keep_samples:
         result["samples"] = [{

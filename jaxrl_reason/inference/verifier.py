@@ -6,6 +6,11 @@ read off the logits of the last prompt position by one batched prefill — no ge
 verification row lives here once (`verify_prompts` / `verify_rows`) and is shared by test-time scoring and the
 trainer's verify loss, so the token the loss teaches is exactly the token `score` reads.
 
+[choice, `check_tokens` > 0; docs/methods/testbed.md] A worked check: the verifier first writes, greedily, the
+check its verify rows taught (data.verify_format="worked_check": one line per constraint group), and the score
+is P("Yes") read where it would write the verdict. For a from-scratch model a verdict over a whole solution in one
+forward pass is the hard part; written out line by line each decision is local.
+
 LLM-as-a-judge baseline: the paper's judge for a base RL model is this very call on a model that was not trained
 to verify (same prompt, P(Yes) as the score, no verification chain of thought). Pass that model to `score`.
 """
@@ -76,13 +81,47 @@ def verify_rows(tokenizer, questions: Sequence[str], solutions: Sequence[str], l
     return VerifyRows(prompts, targets, ids)
 
 
+def verify_inputs(model: Qwen2, tokenizer, questions: Sequence[str], solutions: Sequence[str], *,
+                  check_tokens: int = 0, batch_size: int = 32, state=None) -> list:
+    """Token ids the verdict is read after: each rendered verification prompt, followed (check_tokens > 0) by the
+    check the model writes greedily from it, cut before its first verdict token or stop token, at most
+    `check_tokens` long."""
+    prompts = verify_prompts(tokenizer, questions, solutions)
+    if check_tokens < 0:
+        raise ValueError(f"check_tokens must be >= 0 (0: the verdict right after the prompt), got {check_tokens}")
+    if not check_tokens:
+        return prompts
+    import jax
+
+    from jaxrl_reason.sampling.sampler import sample
+
+    ids = verdict_ids(tokenizer)
+    ends = {ids.yes, ids.no, *tokenizer.stop_ids}
+    out = []
+    for start in range(0, len(prompts), batch_size):
+        # Greedy decoding ignores the key; the check is a deterministic function of the prompt.
+        o = sample(model, prompts[start:start + batch_size], jax.random.PRNGKey(0), max_new_tokens=check_tokens,
+                   temperature=0.0, stop_token_ids=sorted(ends), pad_id=tokenizer.pad_id, state=state)
+        for p, c in zip(prompts[start:start + batch_size], o.completions()):
+            c = list(c)
+            out.append(list(p) + (c[:-1] if c and c[-1] in ends else c))
+    return out
+
+
 def verdict_logprobs(model: Qwen2, tokenizer, questions: Sequence[str], solutions: Sequence[str], *,
                      batch_size: int = 32, state=None, max_length: Optional[int] = None,
-                     progress: Optional[Callable[[int, int], None]] = None) -> np.ndarray:
-    """[N, 2] float32: log P("Yes"), log P("No") as the first reply token after each verification prompt."""
+                     progress: Optional[Callable[[int, int], None]] = None, check_tokens: int = 0,
+                     inputs: Optional[list] = None) -> np.ndarray:
+    """[N, 2] float32: log P("Yes"), log P("No") as the first reply token after each verification prompt, or with
+    `check_tokens` > 0 after the check the model writes first (`verify_inputs`; pass its result as `inputs` to
+    reuse it)."""
     ids = verdict_ids(tokenizer)
-    prompts = verify_prompts(tokenizer, questions, solutions)
-    return token_logprobs_at_end(model, prompts, [ids.yes, ids.no], batch_size=batch_size, pad_id=tokenizer.pad_id,
+    if inputs is None:
+        inputs = verify_inputs(model, tokenizer, questions, solutions, check_tokens=check_tokens,
+                               batch_size=batch_size, state=state)
+    elif len(inputs) != len(solutions):
+        raise ValueError(f"verdict_logprobs: {len(inputs)} inputs for {len(solutions)} solutions")
+    return token_logprobs_at_end(model, inputs, [ids.yes, ids.no], batch_size=batch_size, pad_id=tokenizer.pad_id,
                                  state=state, max_length=max_length, progress=progress)
 
 
@@ -110,13 +149,14 @@ def scores_from_logprobs(logprobs: np.ndarray, *, normalize: bool = False) -> np
 
 def score(model: Qwen2, tokenizer, questions: Sequence[str], solutions: Sequence[str], *, normalize: bool = False,
           batch_size: int = 32, state=None, max_length: Optional[int] = None,
-          progress: Optional[Callable[[int, int], None]] = None) -> np.ndarray:
+          progress: Optional[Callable[[int, int], None]] = None, check_tokens: int = 0) -> np.ndarray:
     """Verifier scores float32 [N] of solution i to question i: P("Yes" | verify prompt) (METHODS §2), or with
     `normalize=True` P(Yes) / (P(Yes) + P(No)) [choice], which ignores mass on other tokens.
 
     One jitted prefill per batch of `batch_size` rows; `state` overrides the model's parameters (e.g. the
-    trainer's latest). For an LLM-as-a-judge baseline pass a model that was not trained to verify.
+    trainer's latest). For an LLM-as-a-judge baseline pass a model that was not trained to verify. `check_tokens`
+    > 0: the model first writes a worked check of at most that many tokens (greedy; `verify_inputs`).
     """
     lp = verdict_logprobs(model, tokenizer, questions, solutions, batch_size=batch_size, state=state,
-                          max_length=max_length, progress=progress)
+                          max_length=max_length, progress=progress, check_tokens=check_tokens)
     return scores_from_logprobs(lp, normalize=normalize)
