@@ -286,6 +286,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--score-batch-size", type=int, default=32, help="rows per verifier prefill")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--check-tokens", type=int, default=0,
+                   help="the model as its own verifier first writes a worked check of at most this many tokens "
+                        "(greedy) and its verdict is read after it: models trained with data.verify_format="
+                        "worked_check (default 0: the verdict right after the verify prompt)")
     p.add_argument("--correction-rounds", type=int, default=0,
                    help="CIPO self-correction rounds on the model's own greedy attempts: the share of wrong attempts "
                         "fixed and right ones broken per round, with tokens (0 = off)")
@@ -352,7 +356,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     reward_fn = answer_reward(args.answer_extraction)
     results = evaluate(model, tokenizer, examples, n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed,
                        reward_fn=reward_fn, ks=ks, num_subsets=args.num_subsets, normalize=args.normalize,
-                       judge=judge,
+                       judge=judge, check_tokens=args.check_tokens,
                        prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
                        progress=not args.no_progress, **sampling)
     if args.refine_rounds or budgets or forcing:

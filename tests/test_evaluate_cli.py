@@ -190,6 +190,22 @@ def test_cli_end_to_end(tiny_checkpoint, tmp_path):
     assert results["strategies"] == saved["strategies"]
 
 
+def test_cli_check_tokens_reads_the_verdict_after_a_written_check(tiny_checkpoint, tmp_path):
+    """--check-tokens: the self-verifier writes up to that many tokens first; its verifier-token cost grows by
+    what it wrote and the judge (same checkpoint, no check) now scores differently."""
+    cli = load_cli()
+    model_dir, data = str(tiny_checkpoint / "model"), str(tiny_checkpoint / "data.jsonl")
+    common = ["--model", model_dir, "--data", data, "--n", "2", "--max-new-tokens", "6", "--num-subsets", "10",
+              "--no-progress", "--judge", model_dir]
+    plain = cli.main(common + ["--out", str(tmp_path / "plain")])
+    checked = cli.main(common + ["--out", str(tmp_path / "checked"), "--check-tokens", "5"])
+    assert checked["config"]["check_tokens"] == 5 and plain["config"]["check_tokens"] == 0
+    extra = checked["tokens_per_question"]["verifier_prompt"][0] - plain["tokens_per_question"]["verifier_prompt"][0]
+    assert 0 < extra <= 5
+    rows = [json.loads(line) for line in (tmp_path / "checked" / "samples.jsonl").read_text().splitlines()]
+    assert any(not np.allclose(r["scores"]["judge"], r["scores"]["self"]) for r in rows)
+
+
 def test_cli_correction_rounds(tiny_checkpoint, tmp_path):
     """--correction-rounds: the model's own attempts corrected R times, each round's accuracy, fix / break rates
     and cumulative tokens in results.json."""

@@ -358,11 +358,71 @@ def test_worked_check_verify_rows_end_in_the_verdict_token_and_bad_uses_are_refu
         start(_latin_cfg(tmp_path, verify_format="worked_check", source="graph_path"))
     with pytest.raises(ValueError, match="data.verify_format='bogus' is unknown"):
         start(_latin_cfg(tmp_path, verify_format="bogus"))
-    c = _tiny_cfg(tmp_path)
-    c.data.source, c.data.verify_format = "latin_square", "worked_check"
-    with pytest.raises(ValueError, match="verify term"):
-        start(c)
     c = _latin_cfg(tmp_path, verify_format="worked_check")
     c.sft.verify_steps = 10
     with pytest.raises(ValueError, match="sft.verify_steps=0"):
         start(c)
+
+
+def test_rlv_verify_rows_train_the_whole_worked_check_through_the_trainer(tmp_path):
+    """With data.verify_format='worked_check' the RL^V verify rows' target is the check then the verdict (every
+    token trained, the verdict last), the verifier is measured after the check it writes, and a check that
+    disagrees with the reward is refused."""
+    from flax import nnx
+
+    from jaxrl_reason.experiment.data import build_data, verify_target_fn
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.inference.verifier import verdict_ids
+    from jaxrl_reason.methods.base import Context, Rollouts
+    from jaxrl_reason.methods.rlv import RLV
+    from jaxrl_reason.rl.batch import TASKS
+    from jaxrl_reason.train.trainer import Trainer, TrainerConfig
+    from tiny import tiny_model
+
+    c = _latin_cfg(tmp_path, verify_format="worked_check", check_tokens=8)
+    c.method.name = "rlv"
+    rc, _ = start(c)  # the RL^V preset with a worked check starts
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    vt = verify_target_fn(rc.data)
+    assert verify_target_fn(dataclasses.replace(rc.data, verify_format="verdict")) is None
+    yes, no = verdict_ids(tok)
+    ex = task.train[:2]
+    rng = np.random.default_rng(0)
+    texts = [ex[0].solution, ls.solution_text(ls._wrong(ex[0], rng)[0]), ex[1].solution,
+             ls.solution_text(ls._wrong(ex[1], rng)[0])]
+    rewards = np.array([[1.0, 0.0], [1.0, 0.0]], np.float32)
+    prompts = [tok.encode(tok.render_prompt(task.prompt_fn(e.question))) for e in ex]
+    comps = [tok.encode(t) + [tok.eos_id] for t in texts]
+    ro = Rollouts(ex, prompts, comps, [np.full(len(x), -1.0, np.float32) for x in comps], texts, rewards,
+                  ["eos"] * 4, [{}] * 4)
+    model = tiny_model(tok)
+    ctx = Context(tok, None, None, np.random.default_rng(0), tok.pad_id, model, nnx.state(model), verify_target=vt)
+    batch, metrics = RLV("grpo").build(ro, ctx)
+    v = np.asarray(batch.task_id) == TASKS["verify"]
+    mask, tokens = np.asarray(batch.loss_mask)[v], np.asarray(batch.tokens)[v]
+    assert v.sum() == 4 and 0.0 <= metrics["verify/balanced_acc"] <= 1.0
+    want = sorted(len(tok.encode(vt(ex[i // 2].question, t))) for i, t in enumerate(texts))
+    assert sorted(mask.sum(-1).astype(int).tolist()) == want and min(want) > 50  # the whole check is trained
+    verdicts = sorted(int(t[np.nonzero(m)[0]][-1]) for t, m in zip(tokens, mask))
+    assert verdicts == sorted([yes, yes, no, no])
+    lying = Context(tok, None, None, np.random.default_rng(0), tok.pad_id, model, nnx.state(model),
+                    verify_target=lambda q, s: vt(q, ex[0].solution))  # always the right grid's check: "Yes"
+    with pytest.raises(ValueError, match="check and its reward disagree"):
+        RLV("grpo").build(ro, lying)
+
+    def reward(texts, examples):
+        from jaxrl_reason.rewards.base import RewardResult
+
+        return RewardResult(np.array([i % 2 for i in range(len(texts))], np.float32), [{}] * len(texts))
+
+    wrong_always = lambda q, s: vt(q, "no grid")  # noqa: E731  reward-independent check ending in "No" ...
+    cfg = TrainerConfig(steps=1, prompts_per_step=2, samples_per_prompt=2, max_new_tokens=8, lr=1e-3,
+                        checkpoint_every=0, progress=False)
+    # ... so a reward that marks half the samples right must be refused inside the trainer too
+    tr = Trainer(tiny_model(tok), tok, RLV("grpo"), task.train, reward, cfg, str(tmp_path / "bad"),
+                 prompt_fn=task.prompt_fn, verify_target=wrong_always)
+    with pytest.raises(ValueError, match="disagree"):
+        tr.run()
+    tr.close()

@@ -69,6 +69,7 @@ class DataSection:
     # what a verify row's target is and what the verifier writes before its score: verdict (the one token, METHODS
     # §2) | worked_check (the task's check lines, then the verdict; testbed tasks with a check, docs/methods/testbed.md)
     verify_format: str = "verdict"
+    check_tokens: int = 192  # worked_check: the most tokens the verifier writes before its verdict is read
 
 
 @dataclasses.dataclass(frozen=True)

@@ -124,6 +124,18 @@ SOURCES = {"arithmetic": arithmetic_source, "code": code_source, "reasoning_gym"
 AUX_FORMATS = TASK_MODULES
 
 
+def verify_target_fn(d: DataSection):
+    """(question, completion) -> the verify row's target text under `data.verify_format`, or None for the
+    one-token verdict (the methods' default)."""
+    if d.verify_format == "verdict":
+        return None
+    import functools
+
+    from jaxrl_reason.data.testbed import task_of, verify_target
+
+    return functools.partial(verify_target, task_of(d.source), verify_format=d.verify_format)
+
+
 def build_data(d: DataSection, seed: int) -> TaskData:
     """The `data` section's problems, reward and prompt (`seed` draws generated problems)."""
     if d.source not in SOURCES:

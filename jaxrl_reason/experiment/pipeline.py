@@ -8,7 +8,7 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import read_run_config
-from jaxrl_reason.experiment.data import build_data
+from jaxrl_reason.experiment.data import build_data, verify_target_fn
 from jaxrl_reason.experiment.model import build_mesh, build_tokenizer, save_hf
 from jaxrl_reason.experiment.report import plot_curves, results_table
 from jaxrl_reason.experiment.warmup import check_verify_warmup, warmed_up_policy
@@ -23,10 +23,6 @@ def start(cfg):
     rc = read_run_config(cfg)
     method = make_method(rc.method)
     check_verify_warmup(rc)
-    if rc.data.verify_format != "verdict" and "verify" in method.tasks:
-        raise ValueError(f"config data.verify_format={rc.data.verify_format!r}: the RL verify term of "
-                         f"method {rc.method.name!r} trains the one-token verdict only (a worked-check verify term "
-                         "is not built); use data.verify_format='verdict' or a method without a verify term")
     return rc, method
 
 
@@ -75,7 +71,8 @@ def run(cfg) -> dict:
     print(f"held-out accuracy before RL: {results['before']['accuracy']:.1%}")
 
     trainer = Trainer(model, tokenizer, method, rl_train, task.reward_fn, rc.rl, workdir,
-                      eval_examples=task.heldout, prompt_fn=task.prompt_fn, mesh=mesh)
+                      eval_examples=task.heldout, prompt_fn=task.prompt_fn, mesh=mesh,
+                      verify_target=verify_target_fn(rc.data))
     t = time.time()
     trainer.run()
     results["rl_seconds"] = results.get("rl_seconds", 0.0) + time.time() - t

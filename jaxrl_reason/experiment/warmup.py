@@ -71,6 +71,9 @@ def check_aux_formats(rc: RunConfig) -> None:
             with_check = [s for s in AUX_FORMATS if task_of(s).check_text is not None]
             raise ValueError(f"config data.verify_format='worked_check' needs a task that writes a worked check "
                              f"({' | '.join(with_check)}), got data.source={rc.data.source!r}; use 'verdict'")
+        if rc.data.check_tokens < 1:
+            raise ValueError(f"config data.check_tokens={rc.data.check_tokens} must be >= 1: the verifier writes "
+                             "its worked check in at most that many tokens")
         if s.verify_steps > 0:
             raise ValueError("config data.verify_format='worked_check' teaches the check through the SFT rows "
                              "(sft.aux_verify_share); the verification warm-up (sft.verify_steps) trains the "

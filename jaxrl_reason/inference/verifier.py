@@ -125,10 +125,12 @@ def verdict_logprobs(model: Qwen2, tokenizer, questions: Sequence[str], solution
                                  state=state, max_length=max_length, progress=progress)
 
 
-def verifier_accuracy(model, tokenizer, questions, solutions, labels, *, params=None) -> dict:
-    """Accuracy of "P(Yes) > P(No)" on positives and negatives separately, and their mean (balanced)."""
+def verifier_accuracy(model, tokenizer, questions, solutions, labels, *, params=None, check_tokens: int = 0) -> dict:
+    """Accuracy of "P(Yes) > P(No)" on positives and negatives separately, and their mean (balanced); with
+    `check_tokens` > 0 read after the check the model writes first (`verify_inputs`)."""
     labels = np.asarray(labels, bool)
-    lp = verdict_logprobs(model, tokenizer, list(questions), list(solutions), state=params)
+    lp = verdict_logprobs(model, tokenizer, list(questions), list(solutions), state=params,
+                          check_tokens=check_tokens)
     says_yes = lp[:, 0] > lp[:, 1]
     pos = float(says_yes[labels].mean()) if labels.any() else float("nan")
     neg = float((~says_yes[~labels]).mean()) if (~labels).any() else float("nan")

@@ -67,6 +67,20 @@ def balanced_indices(labels: np.ndarray, rng: np.random.Generator, *, balance: s
     return np.sort(idx).astype(np.int64)
 
 
+def worked_check_targets(tokenizer, verify_target, questions, solutions, rows) -> list:
+    """Token ids of each row's worked-check target; its last token must be the verdict the reward gives (the id
+    the scorer reads after the check), else the data's check and the reward disagree."""
+    out = []
+    for q, s, verdict in zip(questions, solutions, rows.targets):
+        ids = tokenizer.encode(verify_target(q, s))
+        if not ids or ids[-1] != int(verdict):
+            raise ValueError(f"verify_target's text must end in the reward's verdict as its own token (id "
+                             f"{int(verdict)}), got {ids[-3:]}: the task's check and its reward disagree, or the "
+                             "verdict merges with the text before it")
+        out.append(ids)
+    return out
+
+
 class RLV(GRPO):
     name = "rlv"
     tasks = ("solve", "verify")
@@ -99,9 +113,13 @@ class RLV(GRPO):
         questions = [rollouts.examples[i // g].question for i in idx]
         solutions = [rollouts.texts[i] for i in idx]
         rows = verify_rows(ctx.tokenizer, questions, solutions, labels[idx])
+        if ctx.verify_target is None:
+            targets = [[int(t)] for t in rows.targets]
+        else:  # a worked check, then the verdict: the whole target is trained
+            targets = worked_check_targets(ctx.tokenizer, ctx.verify_target, questions, solutions, rows)
         if self.measure_verifier and ctx.model is not None:
-            acc = verifier_accuracy(ctx.model, ctx.tokenizer, questions, solutions, labels[idx], params=ctx.params)
+            acc = verifier_accuracy(ctx.model, ctx.tokenizer, questions, solutions, labels[idx], params=ctx.params,
+                                    check_tokens=max(map(len, targets)) - 1)
             metrics.update({f"verify/{k}": acc[k] for k in ("acc_positive", "acc_negative", "balanced_acc")})
-        verify = build_token_batch(rows.prompts, [[int(t)] for t in rows.targets], [0.0] * len(idx), None, "verify",
-                                   pad_id=ctx.pad_id)
+        verify = build_token_batch(rows.prompts, targets, [0.0] * len(idx), None, "verify", pad_id=ctx.pad_id)
         return concat_batches([solve, verify]), metrics

@@ -148,12 +148,14 @@ class Trainer:
     def __init__(self, model, tokenizer, method: Method, train_examples: Sequence[Any], reward_fn: Callable,
                  config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
                  prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
-                 rules: prules.Rules = prules.DEFAULT_RULES):
+                 rules: prules.Rules = prules.DEFAULT_RULES, verify_target: Optional[Callable[[str, str], str]] = None):
         """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy.
         prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code).
+        verify_target: (question, completion) -> a verify row's target text, for data that writes a worked check
+        before the verdict (methods see it as `Context.verify_target`); None: the one-token verdict.
         mesh: a `parallel.make_mesh` mesh to train on (None: the one-device mesh); `rules` lay out the params
         and optimizer state on it. A model already loaded into those shardings is used without a copy."""
-        self.prompt_fn = prompt_fn
+        self.prompt_fn, self.verify_target = prompt_fn, verify_target
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
         self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
@@ -278,7 +280,8 @@ class Trainer:
         ctx = Context(self.tokenizer,
                       lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, next(calls)), **kw),
                       self._reward, host_rng, self.tokenizer.pad_id, self.model, self.state.params,
-                      temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens)
+                      temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens,
+                      verify_target=self.verify_target)
         batch, method_metrics = self.method.build(ro, ctx)
         if c.num_mini_batches == 1:
             minis = [batch]
