@@ -59,8 +59,9 @@ def as_plain_grpo(cfg, *, verify_warmup: bool) -> None:
 
     cfg.method.name = "grpo"
     cfg.method.extra = ml_collections.ConfigDict()
-    if not verify_warmup:
+    if not verify_warmup:  # neither the verification warm-up nor verify rows in the SFT
         cfg.sft.verify_steps = 0
+        cfg.sft.aux_verify_share = 0.0
 
 
 def share_warmup(src: str, dst: str, names=("tokenizer", "sft_model")) -> None:
@@ -102,6 +103,8 @@ def claim_seed(workdir: str, seed: int) -> None:
 
 def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> dict:
     from jaxrl_reason.data.datasets import load_examples
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.inference.test_time import evaluate
     from jaxrl_reason.models.hf_port import load_pretrained
     from jaxrl_reason.tokenization import Tokenizer
@@ -117,8 +120,12 @@ def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> d
     final = os.path.join(run_dir, "final")
     model, tok = load_pretrained(final), Tokenizer.from_pretrained(final)
     examples = load_examples(os.path.join(run_dir, "heldout.jsonl"))[:questions]
+    d = read_run_config(cfg).data
+    # The task's own reward (the testbed's checker; math answers otherwise), and the check a worked-check verifier
+    # writes before its verdict.
     res = evaluate(model, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
-                   seed=cfg.seed, progress=progress, keep_samples=False)
+                   seed=cfg.seed, progress=progress, keep_samples=False, reward_fn=build_data(d, cfg.seed).reward_fn,
+                   check_tokens=d.check_tokens if d.verify_format == "worked_check" else 0)
     res["rl_steps"] = cfg.rl.steps
     json.dump(res, open(out_path, "w"), indent=2)
     return res
