@@ -80,13 +80,13 @@ def worked_check_pairs(source: str, examples, seed: int) -> list:
 
 def train_worked_check(model, tokenizer, task, rc, args) -> dict:
     """The offline verifier of --verify-format worked_check: SFT on worked-check pairs of the first
-    --verify-questions training questions, with one worked-solution row per four verify rows (the warm-up's own
-    slice, so the solver keeps its skill); pairs of the first 10% of those questions (at most 100), not trained
+    --verify-questions training questions, with --check-solve-share worked-solution rows per verify row (the
+    warm-up's own slice, so the solver keeps its skill); the model is saved to <workdir>/verifier_model; pairs of the first 10% of those questions (at most 100), not trained
     on, give its balanced accuracy before and after (the check written, then the verdict read)."""
     import numpy as np
 
     from jaxrl_reason.data.prompts import VERIFY_YES
-    from jaxrl_reason.inference.verifier import verdict_logprobs
+    from jaxrl_reason.inference.verifier import verdict_logprobs, verify_inputs, verify_prompts
     from jaxrl_reason.train.trainer import sft_train
 
     qs = task.train[:args.verify_questions]
@@ -94,22 +94,37 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
     held = worked_check_pairs(rc.data.source, qs[:n_held], rc.seed + 1)
     labels = np.array([r.solution.endswith(VERIFY_YES) for r in held])
 
-    def held_balanced_accuracy() -> float:
-        lp = verdict_logprobs(model, tokenizer, [r.meta["question"] for r in held], [r.meta["solution"] for r in held],
-                              check_tokens=args.check_tokens)
+    def held_report() -> dict:
+        """Balanced accuracy of the verdict after the written check, and of the check itself line by line
+        against the true one: the copies (a line without its mark) and the marks, split by the true mark."""
+        qs_, sols = [r.meta["question"] for r in held], [r.meta["solution"] for r in held]
+        inputs = verify_inputs(model, tokenizer, qs_, sols, check_tokens=args.check_tokens)
+        lp = verdict_logprobs(model, tokenizer, qs_, sols, inputs=inputs)
         yes = lp[:, 0] > lp[:, 1]
-        return float(0.5 * (yes[labels].mean() + (~yes[~labels]).mean()))
+        prompts = verify_prompts(tokenizer, qs_, sols)
+        copies, marks = [], collections.defaultdict(list)
+        for r, x, p in zip(held, inputs, prompts):
+            written = tokenizer.decode(x[len(p):], skip_special_tokens=True).strip().split("\n")
+            for i, line in enumerate(r.solution.split("\n")[:-1]):
+                got = written[i].strip() if i < len(written) else ""
+                copies.append(got.rsplit(" ", 1)[0] == line.rsplit(" ", 1)[0])
+                marks[line.rsplit(" ", 1)[1]].append(got.rsplit(" ", 1)[-1] == line.rsplit(" ", 1)[1])
+        return {"bal_acc": float(0.5 * (yes[labels].mean() + (~yes[~labels]).mean())),
+                "line_copied": float(np.mean(copies)),
+                "mark_right": {m: [float(np.mean(v)), len(v)] for m, v in sorted(marks.items())},
+                "example_check": tokenizer.decode(inputs[1][len(prompts[1]):], skip_special_tokens=True)}
 
-    before = held_balanced_accuracy()
+    before = held_report()
     pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed)
     turns = frozenset(r.question for r in pairs)
-    solve = list(task.train[:max(1, len(pairs) // 4)])
+    solve = list(task.train[:max(1, int(len(pairs) * args.check_solve_share))])
     prompt_fn = lambda q: q if q in turns else task.prompt_fn(q)  # noqa: E731
     hist = sft_train(model, tokenizer, pairs + solve, steps=args.verify_steps,
                      batch_size=rc.sft.verify_batch_size + rc.sft.verify_solve_rows, lr=args.verify_lr,
                      warmup_steps=rc.sft.warmup_steps, seed=rc.seed, progress=False, prompt_fn=prompt_fn)
+    after = held_report()
     return {"rows": 0, "contrast_rows": len(pairs), "solve_rows": len(solve), "heldout_rows": len(held),
-            "before_bal_acc": before, "after_bal_acc": held_balanced_accuracy(),
+            "before_bal_acc": before.pop("bal_acc"), "after_bal_acc": after.pop("bal_acc"), "heldout_check": after,
             "first_nll": hist[0]["sft/nll"], "last_nll": hist[-1]["sft/nll"]}
 
 
@@ -134,6 +149,9 @@ def main():
                         "verdict (needs --contrast and --verify-samples 0: contrast pairs only)")
     p.add_argument("--check-tokens", type=int, default=256,
                    help="worked_check: the most tokens the verifier writes before its verdict is read")
+    p.add_argument("--check-solve-share", type=float, default=0.25,
+                   help="worked_check: worked-solution rows per verify row in its SFT (a check row has ~6x the "
+                        "target tokens of a solution, so the token share of solving is far smaller)")
     p.add_argument("--latin-blanks", type=int, default=0,
                    help="latin_square blanks per grid (0 = the config's data.latin_blanks)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KNOB=VALUE",
@@ -198,6 +216,9 @@ def main():
     if args.verify_format == "worked_check":
         out["verify_warmup"] = {"seconds": None, **train_worked_check(model, tokenizer, task, rc, args)}
         out["verify_warmup"]["seconds"] = time.time() - t
+        from jaxrl_reason.experiment.model import save_hf
+
+        save_hf(model, os.path.join(workdir, "verifier_model"))
         print("verify_warmup", json.dumps(out["verify_warmup"]), flush=True)
         record("after_offline_verifier", measure(model, tokenizer, task.heldout, rc, args, task.reward_fn))
         json.dump(out, open(os.path.join(workdir, "probe.json"), "w"), indent=2)
