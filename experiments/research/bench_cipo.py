@@ -1,0 +1,174 @@
+"""CIPO against GRPO from the same warm-up: does training on corrections of its own attempts pay off?
+
+    python experiments/research/bench_cipo.py --config experiments/configs/testbed_latin_cipo.py \
+        [--workdir runs/bench_cipo] [--seeds 0,1,2] [--rl-steps 0] [--questions 256] [--n 8] [--rounds 2]
+
+For each seed, two runs share the tokenizer and the warm-up (`bench_rlv.share_warmup`: the GRPO arm makes it; the
+testbed config's warm-up teaches the correction prompt through `sft.aux_correct_share`):
+  grpo  the config with its method forced to plain GRPO (`bench_rlv.as_plain_grpo`), same RL steps
+  cipo  the config as given (CIPO: the GRPO stream plus corrections of this step's own attempts)
+Then, per arm, on the first `--questions` held-out questions: N samples each at the training temperature for
+pass@1 (`inference.test_time.evaluate`), and `--rounds` rounds of test-time correction of the model's own greedy
+attempt (`inference.correction.evaluate_correction`, greedy, every attempt corrected whether right or not): the
+share of wrong attempts fixed and of right ones broken, with tokens. CIPO's replay ratio rho per step is read from
+its metrics and plotted (`rho.png`).
+
+The issue's checks, per seed and as the median over seeds:
+  1. CIPO fixes a larger share of its own wrong attempts than GRPO (round 1)
+  2. CIPO breaks no larger share of its right attempts than GRPO (round 1)
+  3. CIPO pass@1 >= GRPO pass@1 - 2 points
+Writes summary.json, summary.md and rho.png to the workdir; a finished run or evaluation is reused.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+
+reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
+
+import numpy as np  # noqa: E402
+
+from bench_credit import token_curve  # noqa: E402
+from bench_rlv import as_plain_grpo, share_warmup, trained  # noqa: E402
+from jaxrl_reason.configs import load_config_file  # noqa: E402
+
+ARMS = ("grpo", "cipo")
+
+
+def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, answer_instruction: str, progress: bool) -> dict:
+    """pass@1 from N samples per question, and `rounds` rounds of correcting the model's own greedy attempt."""
+    from jaxrl_reason.data.datasets import load_examples
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.inference.correction import evaluate_correction
+    from jaxrl_reason.inference.test_time import evaluate
+    from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.tokenization import Tokenizer
+
+    path = os.path.join(cfg.workdir, "bench_eval.json")
+    key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps}
+    if os.path.exists(path):
+        cached = json.load(open(path))
+        if cached.get("key") == key:
+            return cached
+    final = os.path.join(cfg.workdir, "final")
+    model, tok = load_pretrained(final), Tokenizer.from_pretrained(final)
+    examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
+    task = build_data(cfg.data, cfg.seed)
+    pool = evaluate(model, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
+                    seed=cfg.seed, reward_fn=task.reward_fn, progress=progress, keep_samples=False)
+    correction = evaluate_correction(model, tok, examples, rounds=rounds, reward_fn=task.reward_fn,
+                                     prompt_fn=task.prompt_fn, answer_instruction=answer_instruction,
+                                     max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed)
+    out = {"key": key, "pass1": pool["sample_accuracy"], "correction": correction,
+           "train_tokens": token_curve(cfg.workdir)["total_tokens"]}
+    json.dump(out, open(path, "w"), indent=2)
+    return out
+
+
+def checks(grpo: dict, cipo: dict) -> dict:
+    g, c = grpo["correction"], cipo["correction"]
+    fix, brk = "correct/round1/fix_rate", "correct/round1/break_rate"
+    nan0 = lambda x: 0.0 if x != x else x  # noqa: E731  no attempt of that kind: nothing fixed or broken
+    return {"cipo_fix": nan0(c[fix]), "grpo_fix": nan0(g[fix]), "fixes_more": nan0(c[fix]) > nan0(g[fix]),
+            "cipo_break": nan0(c[brk]), "grpo_break": nan0(g[brk]), "breaks_no_more": nan0(c[brk]) <= nan0(g[brk]),
+            "cipo_pass1": cipo["pass1"], "grpo_pass1": grpo["pass1"],
+            "pass1_within_2": cipo["pass1"] >= grpo["pass1"] - 0.02}
+
+
+def rho_plot(run_dirs: dict, path: str) -> None:
+    """CIPO's replay ratio rho against the step, one curve per seed."""
+    from jaxrl_reason.experiment.plots import training_curves
+
+    fig = None
+    for seed, d in run_dirs.items():
+        fig = training_curves(os.path.join(d, "logs", "metrics.jsonl"), ["cipo/rho", "cipo/retention_window"],
+                              ax=None if fig is None else fig.axes, label=f"seed {seed}")
+    if fig is not None:
+        fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True, help="the CIPO config (its method must be cipo)")
+    ap.add_argument("--workdir", default="runs/bench_cipo")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the config's)")
+    ap.add_argument("--questions", type=int, default=256)
+    ap.add_argument("--n", type=int, default=8, help="samples per question for pass@1")
+    ap.add_argument("--rounds", type=int, default=2, help="test-time correction rounds")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    base = load_config_file(args.config)
+    if base.method.name != "cipo":
+        raise SystemExit(f"--config {args.config}: method.name must be 'cipo'")
+    # Both arms correct with the CIPO run's answer format at test time (the GRPO arm's method knobs are dropped).
+    answer_instruction = str(base.method.extra.answer_instruction)
+
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)
+    from jaxrl_reason.experiment.pipeline import run
+
+    t0 = time.time()
+    root = os.path.abspath(args.workdir)
+    per_seed, cipo_dirs = {}, {}
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        evals = {}
+        for arm in ARMS:
+            cfg = load_config_file(args.config)
+            if arm == "grpo":
+                as_plain_grpo(cfg, verify_warmup=True)  # keeps the warm-up as configured, correction rows included
+            cfg.seed = seed
+            cfg.workdir = os.path.join(root, f"seed{seed}", arm)
+            cfg.rl.progress = not args.no_progress
+            if args.rl_steps:
+                cfg.rl.steps = args.rl_steps
+            if arm == "cipo":
+                share_warmup(os.path.join(root, f"seed{seed}", "grpo"), cfg.workdir)
+                cipo_dirs[seed] = cfg.workdir
+            if not trained(cfg):
+                print(f"== seed {seed} {arm}: {cfg.rl.steps} RL steps in {cfg.workdir}", flush=True)
+                run(cfg)
+            results = json.load(open(os.path.join(cfg.workdir, "results.json")))
+            results.setdefault("rollouts_per_step", cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt)
+            json.dump(results, open(os.path.join(cfg.workdir, "results.json"), "w"), indent=2)
+            print(f"== seed {seed} {arm}: evaluating", flush=True)
+            evals[arm] = evaluate_arm(cfg, questions=args.questions, n=args.n, rounds=args.rounds,
+                                      answer_instruction=answer_instruction, progress=not args.no_progress)
+        per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cipo"])}
+
+    lines = ["| seed | arm | pass@1 | greedy attempt acc | "
+             + " | ".join(f"round {t}: acc / fixed / broken / tokens" for t in range(1, args.rounds + 1))
+             + " | train tokens (M) |",
+             "|---|---|---|---|" + "---|" * args.rounds + "---|"]
+    for seed, res in per_seed.items():
+        for arm in ARMS:
+            e, c = res["evals"][arm], res["evals"][arm]["correction"]
+            lines.append(f"| {seed} | {arm} | {e['pass1']:.3f} | {c['correct/round0/accuracy']:.3f} | " + " | ".join(
+                f"{c[f'correct/round{t}/accuracy']:.3f} / {c[f'correct/round{t}/fix_rate']:.3f} / "
+                f"{c[f'correct/round{t}/break_rate']:.3f} / {c[f'correct/round{t}/tokens_per_example']:.0f}"
+                for t in range(1, args.rounds + 1)) + f" | {e['train_tokens'] / 1e6:.2f} |")
+    keys = ("cipo_fix", "grpo_fix", "cipo_break", "grpo_break", "cipo_pass1", "grpo_pass1")
+    med = {k: float(np.median([r["checks"][k] for r in per_seed.values()])) for k in keys}
+    lines += ["", "Medians over seeds: " + ", ".join(f"{k} {v:.3f}" for k, v in med.items()), "",
+              f"1. CIPO fixes more of its wrong attempts than GRPO: {med['cipo_fix'] > med['grpo_fix']}",
+              f"2. CIPO breaks no more of its right attempts: {med['cipo_break'] <= med['grpo_break']}",
+              f"3. CIPO pass@1 >= GRPO's - 2 points: {med['cipo_pass1'] >= med['grpo_pass1'] - 0.02}"]
+    table = "\n".join(lines)
+    print("\n" + table)
+    rho_plot(cipo_dirs, os.path.join(root, "rho.png"))
+    json.dump({"per_seed": per_seed, "medians": med, "args": vars(args), "seconds": time.time() - t0},
+              open(os.path.join(root, "summary.json"), "w"), indent=2)
+    open(os.path.join(root, "summary.md"), "w").write(table + "\n")
+    return per_seed
+
+
+if __name__ == "__main__":
+    main()

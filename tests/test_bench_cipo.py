@@ -1,0 +1,57 @@
+"""experiments/research/bench_cipo.py: the issue's checks from two arms' evaluations, and the bench end to end."""
+import json
+import math
+import os
+import sys
+
+import pytest
+
+RESEARCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "research")
+sys.path.insert(0, RESEARCH)
+os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
+import bench_cipo  # noqa: E402
+
+
+def arm(pass1, fix, brk):
+    return {"pass1": pass1, "correction": {"correct/round1/fix_rate": fix, "correct/round1/break_rate": brk}}
+
+
+def test_checks_compare_cipo_with_grpo():
+    c = bench_cipo.checks(arm(0.40, 0.05, 0.30), arm(0.39, 0.20, 0.10))
+    assert c["fixes_more"] and c["breaks_no_more"] and c["pass1_within_2"]
+    assert c["cipo_fix"] == 0.20 and c["grpo_break"] == 0.30
+    # a CIPO model that fixes less, breaks more, or forgets how to solve fails each check
+    c = bench_cipo.checks(arm(0.40, 0.30, 0.10), arm(0.37, 0.20, 0.20))
+    assert not (c["fixes_more"] or c["breaks_no_more"] or c["pass1_within_2"])
+    # no attempt of a kind (nan rate) counts as nothing fixed / broken, not as a comparison with nan
+    c = bench_cipo.checks(arm(0.4, math.nan, 0.1), arm(0.4, 0.1, math.nan))
+    assert c["fixes_more"] and c["breaks_no_more"]
+
+
+@pytest.mark.slow
+def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
+    """Both arms train from one warm-up, are evaluated with correction rounds, and the table, summary and rho
+    plot are written; CIPO's rho is logged every step."""
+    path = tmp_path / "cipo_tiny.py"
+    path.write_text(
+        "from jaxrl_reason.configs.testbed_latin_cipo import get_config as preset\n\n\n"
+        "def get_config():\n"
+        "    c = preset()\n"
+        "    c.data.train_size, c.data.heldout_size = 120, 8\n"
+        "    c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 32, 2, 64\n"
+        "    c.tokenizer.vocab_size = 300\n"
+        "    c.sft.steps, c.sft.examples, c.sft.batch_size = 3, 40, 4\n"
+        "    c.rl.steps, c.rl.prompts_per_step, c.rl.samples_per_prompt = 2, 2, 2\n"
+        "    c.method.extra.correction_samples = 2\n"
+        "    return c\n")
+    per_seed = bench_cipo.main(["--config", str(path), "--workdir", str(tmp_path / "bench"), "--seeds", "0",
+                                "--questions", "4", "--n", "2", "--rounds", "1", "--no-progress"])
+    ev = per_seed[0]["evals"]
+    for a in bench_cipo.ARMS:
+        c = ev[a]["correction"]
+        assert 0.0 <= ev[a]["pass1"] <= 1.0 and 0.0 <= c["correct/round1/accuracy"] <= 1.0
+        assert c["correct/round1/tokens_per_example"] > 0
+    root = tmp_path / "bench"
+    assert (root / "summary.md").read_text().count("| 0 |") == 2 and (root / "rho.png").stat().st_size > 0
+    rhos = [json.loads(line) for line in (root / "seed0" / "cipo" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert sum("cipo/rho" in r for r in rhos) == 2
