@@ -36,8 +36,8 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
+from against_grpo import cached_eval, load_arm, save_eval, train_arms  # noqa: E402
 from bench_credit import token_curve  # noqa: E402
-from bench_rlv import as_plain_grpo, share_warmup, trained  # noqa: E402
 from jaxrl_reason.configs import load_config_file  # noqa: E402
 
 ARMS = ("grpo", "cipo")
@@ -45,32 +45,21 @@ ARMS = ("grpo", "cipo")
 
 def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, answer_instruction: str, progress: bool) -> dict:
     """pass@1 from N samples per question, and `rounds` rounds of correcting the model's own greedy attempt."""
-    from jaxrl_reason.data.datasets import load_examples
-    from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.inference.correction import evaluate_correction
     from jaxrl_reason.inference.test_time import evaluate
-    from jaxrl_reason.models.hf_port import load_pretrained
-    from jaxrl_reason.tokenization import Tokenizer
 
-    path = os.path.join(cfg.workdir, "bench_eval.json")
     key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps}
-    if os.path.exists(path):
-        cached = json.load(open(path))
-        if cached.get("key") == key:
-            return cached
-    final = os.path.join(cfg.workdir, "final")
-    model, tok = load_pretrained(final), Tokenizer.from_pretrained(final)
-    examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
-    task = build_data(cfg.data, cfg.seed)
+    cached = cached_eval(cfg, key)
+    if cached is not None:
+        return cached
+    model, tok, examples, task = load_arm(cfg, questions)
     pool = evaluate(model, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
                     seed=cfg.seed, reward_fn=task.reward_fn, progress=progress, keep_samples=False)
     correction = evaluate_correction(model, tok, examples, rounds=rounds, reward_fn=task.reward_fn,
                                      prompt_fn=task.prompt_fn, answer_instruction=answer_instruction,
                                      max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed)
-    out = {"key": key, "pass1": pool["sample_accuracy"], "correction": correction,
-           "train_tokens": token_curve(cfg.workdir)["total_tokens"]}
-    json.dump(out, open(path, "w"), indent=2)
-    return out
+    return save_eval(cfg, {"key": key, "pass1": pool["sample_accuracy"], "correction": correction,
+                           "train_tokens": token_curve(cfg.workdir)["total_tokens"]})
 
 
 def checks(grpo: dict, cipo: dict) -> dict:
@@ -114,31 +103,16 @@ def main(argv=None):
 
     from absl import logging
     logging.set_verbosity(logging.WARNING)
-    from jaxrl_reason.experiment.pipeline import run
 
     t0 = time.time()
     root = os.path.abspath(args.workdir)
     per_seed, cipo_dirs = {}, {}
     for seed in [int(s) for s in args.seeds.split(",")]:
+        # both arms keep the configured warm-up, correction rows included
+        cfgs = train_arms(args.config, root, seed, "cipo", rl_steps=args.rl_steps, progress=not args.no_progress)
+        cipo_dirs[seed] = cfgs["cipo"].workdir
         evals = {}
-        for arm in ARMS:
-            cfg = load_config_file(args.config)
-            if arm == "grpo":
-                as_plain_grpo(cfg, verify_warmup=True)  # keeps the warm-up as configured, correction rows included
-            cfg.seed = seed
-            cfg.workdir = os.path.join(root, f"seed{seed}", arm)
-            cfg.rl.progress = not args.no_progress
-            if args.rl_steps:
-                cfg.rl.steps = args.rl_steps
-            if arm == "cipo":
-                share_warmup(os.path.join(root, f"seed{seed}", "grpo"), cfg.workdir)
-                cipo_dirs[seed] = cfg.workdir
-            if not trained(cfg):
-                print(f"== seed {seed} {arm}: {cfg.rl.steps} RL steps in {cfg.workdir}", flush=True)
-                run(cfg)
-            results = json.load(open(os.path.join(cfg.workdir, "results.json")))
-            results.setdefault("rollouts_per_step", cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt)
-            json.dump(results, open(os.path.join(cfg.workdir, "results.json"), "w"), indent=2)
+        for arm, cfg in cfgs.items():
             print(f"== seed {seed} {arm}: evaluating", flush=True)
             evals[arm] = evaluate_arm(cfg, questions=args.questions, n=args.n, rounds=args.rounds,
                                       answer_instruction=answer_instruction, progress=not args.no_progress)

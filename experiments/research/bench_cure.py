@@ -37,8 +37,8 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
+from against_grpo import cached_eval, load_arm, save_eval, train_arms  # noqa: E402
 from bench_credit import token_curve  # noqa: E402
-from bench_rlv import as_plain_grpo, share_warmup, trained  # noqa: E402
 from jaxrl_reason.configs import load_config_file  # noqa: E402
 
 ARMS = ("grpo", "cure")
@@ -46,23 +46,15 @@ ARMS = ("grpo", "cure")
 
 def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: int, progress: bool) -> dict:
     """pass@1 / maj@k from N samples per question and self-refinement from each question's first sample."""
-    from jaxrl_reason.data.datasets import load_examples
-    from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.inference.strategies import evaluate_refinement
     from jaxrl_reason.inference.test_time import evaluate
-    from jaxrl_reason.models.hf_port import load_pretrained
-    from jaxrl_reason.tokenization import Tokenizer
 
-    path = os.path.join(cfg.workdir, "bench_eval.json")
     key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps}
-    if os.path.exists(path):
-        cached = json.load(open(path))
-        if cached.get("key") == key:
-            return cached
-    final = os.path.join(cfg.workdir, "final")
-    model, tok = load_pretrained(final), Tokenizer.from_pretrained(final)
-    examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
-    reward = build_data(cfg.data, cfg.seed).reward_fn
+    cached = cached_eval(cfg, key)
+    if cached is not None:
+        return cached
+    model, tok, examples, task = load_arm(cfg, questions)
+    reward = task.reward_fn
     pool = evaluate(model, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
                     seed=cfg.seed, reward_fn=reward, progress=progress)
     samples = pool.pop("samples")
@@ -73,11 +65,9 @@ def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: i
         pool_correct=[s["correct"] for s in samples], tokens_per_sample=pool["mean_completion_tokens"],
         temperature=cfg.rl.temperature, seed=cfg.seed)
     refine.pop("critiques")
-    out = {"key": key, "pass1": pool["sample_accuracy"], "majority": pool["strategies"]["majority"],
-           "ks": pool["ks"], "refinement": refine,
-           "train_tokens": token_curve(cfg.workdir)["total_tokens"]}
-    json.dump(out, open(path, "w"), indent=2)
-    return out
+    return save_eval(cfg, {"key": key, "pass1": pool["sample_accuracy"], "majority": pool["strategies"]["majority"],
+                           "ks": pool["ks"], "refinement": refine,
+                           "train_tokens": token_curve(cfg.workdir)["total_tokens"]})
 
 
 def checks(grpo: dict, cure: dict) -> dict:
@@ -112,30 +102,14 @@ def main(argv=None):
 
     from absl import logging
     logging.set_verbosity(logging.WARNING)
-    from jaxrl_reason.experiment.pipeline import run
 
     t0 = time.time()
     root = os.path.abspath(args.workdir)
     per_seed = {}
     for seed in [int(s) for s in args.seeds.split(",")]:
+        cfgs = train_arms(args.config, root, seed, "cure", rl_steps=args.rl_steps, progress=not args.no_progress)
         evals = {}
-        for arm in ARMS:
-            cfg = load_config_file(args.config)
-            if arm == "grpo":
-                as_plain_grpo(cfg, verify_warmup=True)
-            cfg.seed = seed
-            cfg.workdir = os.path.join(root, f"seed{seed}", arm)
-            cfg.rl.progress = not args.no_progress
-            if args.rl_steps:
-                cfg.rl.steps = args.rl_steps
-            if arm == "cure":
-                share_warmup(os.path.join(root, f"seed{seed}", "grpo"), cfg.workdir)
-            if not trained(cfg):
-                print(f"== seed {seed} {arm}: {cfg.rl.steps} RL steps in {cfg.workdir}", flush=True)
-                run(cfg)
-            results = json.load(open(os.path.join(cfg.workdir, "results.json")))
-            results.setdefault("rollouts_per_step", cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt)
-            json.dump(results, open(os.path.join(cfg.workdir, "results.json"), "w"), indent=2)
+        for arm, cfg in cfgs.items():
             print(f"== seed {seed} {arm}: evaluating", flush=True)
             evals[arm] = evaluate_arm(cfg, questions=args.questions, n=args.n, rounds=args.rounds,
                                       critique_tokens=critique_tokens, progress=not args.no_progress)

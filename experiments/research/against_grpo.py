@@ -1,0 +1,65 @@
+"""What the method-against-GRPO benchmarks (bench_cure, bench_cipo) share: per seed, a GRPO arm that makes the
+warm-up and the method's arm that starts from it, the same RL steps for both, and a finished arm loaded for
+evaluation with its own held-out split and task."""
+from __future__ import annotations
+
+import json
+import os
+
+from bench_rlv import as_plain_grpo, share_warmup, trained
+from jaxrl_reason.configs import load_config_file
+
+
+def train_arms(config: str, root: str, seed: int, method: str, *, rl_steps: int = 0, progress: bool = True) -> dict:
+    """{"grpo": cfg, method: cfg}, both trained (a finished run is reused) under <root>/seed<seed>/<arm>:
+    "grpo" is `config` with its method forced to plain GRPO and its warm-up kept as configured
+    (`bench_rlv.as_plain_grpo`); `method` is `config` as given, from the GRPO arm's tokenizer and SFT model."""
+    from jaxrl_reason.experiment.pipeline import run
+
+    cfgs = {}
+    for arm in ("grpo", method):
+        cfg = load_config_file(config)
+        if arm == "grpo":
+            as_plain_grpo(cfg, verify_warmup=True)
+        cfg.seed = seed
+        cfg.workdir = os.path.join(root, f"seed{seed}", arm)
+        cfg.rl.progress = progress
+        if rl_steps:
+            cfg.rl.steps = rl_steps
+        if arm == method:
+            share_warmup(cfgs["grpo"].workdir, cfg.workdir)
+        if not trained(cfg):
+            print(f"== seed {seed} {arm}: {cfg.rl.steps} RL steps in {cfg.workdir}", flush=True)
+            run(cfg)
+        results = json.load(open(os.path.join(cfg.workdir, "results.json")))
+        results.setdefault("rollouts_per_step", cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt)
+        json.dump(results, open(os.path.join(cfg.workdir, "results.json"), "w"), indent=2)
+        cfgs[arm] = cfg
+    return cfgs
+
+
+def load_arm(cfg, questions: int):
+    """(model, tokenizer, the first `questions` held-out examples, the run's TaskData) of a finished arm."""
+    from jaxrl_reason.data.datasets import load_examples
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.tokenization import Tokenizer
+
+    final = os.path.join(cfg.workdir, "final")
+    examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
+    return load_pretrained(final), Tokenizer.from_pretrained(final), examples, build_data(cfg.data, cfg.seed)
+
+
+def cached_eval(cfg, key: dict):
+    """The arm's bench_eval.json when it was written for the same `key`, else None."""
+    path = os.path.join(cfg.workdir, "bench_eval.json")
+    if os.path.exists(path):
+        cached = json.load(open(path))
+        if cached.get("key") == key:
+            return cached
+    return None
+
+
+def save_eval(cfg, out: dict) -> dict:
+    json.dump(out, open(os.path.join(cfg.workdir, "bench_eval.json"), "w"), indent=2)
+    return out
