@@ -2,11 +2,13 @@
 the prompt that poses them."""
 from __future__ import annotations
 
+import functools
+
 from typing import Callable, NamedTuple
 
 from jaxrl_reason.data.datasets import dedupe, heldout_score, load_examples, question_key
 from jaxrl_reason.data.prompts import code_solve_prompt, solve_prompt
-from jaxrl_reason.data.testbed import TASK_MODULES
+from jaxrl_reason.data.testbed import TASK_MODULES, task_of, verify_target
 from jaxrl_reason.experiment.config import DataSection
 from jaxrl_reason.rewards.math import math_reward
 
@@ -129,10 +131,6 @@ def verify_target_fn(d: DataSection):
     one-token verdict (the methods' default)."""
     if d.verify_format == "verdict":
         return None
-    import functools
-
-    from jaxrl_reason.data.testbed import task_of, verify_target
-
     return functools.partial(verify_target, task_of(d.source), verify_format=d.verify_format)
 
 
