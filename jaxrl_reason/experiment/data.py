@@ -3,7 +3,6 @@ the prompt that poses them."""
 from __future__ import annotations
 
 import functools
-
 from typing import Callable, NamedTuple
 
 from jaxrl_reason.data.datasets import dedupe, heldout_score, load_examples, question_key
