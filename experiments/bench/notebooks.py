@@ -1,13 +1,19 @@
 """Wall time of each notebook in colabs/, run top to bottom headless at its full (Colab) size or --smoke size.
 
-    python experiments/bench/notebooks.py [--smoke] [--repeats 1]
+    python experiments/bench/notebooks.py [--smoke] [--repeats 1] [--only 04] [--compiles]
 
 Uses the runner of tests/test_colabs.py (code cells in order, `!pip` cells skipped). Prints a markdown table:
-notebook, seconds per run (median over --repeats), the CPU model. The README quotes these numbers.
+notebook, seconds per run (median over --repeats), the CPU model. The README quotes these numbers. A first run as
+on a fresh Colab runtime starts from an empty compile cache: `rm -rf /tmp/jaxrl_reason_xla_cache` before it.
+--compiles also counts XLA compilations per jitted function and their seconds (JAX's compile log), which is where a
+notebook's first run goes when its shapes change from step to step.
 """
 import argparse
+import collections
 import glob
+import logging
 import os
+import re
 import platform
 import statistics
 import sys
@@ -28,11 +34,44 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+class CompileCounter(logging.Handler):
+    """Counts JAX's "Finished XLA compilation of NAME in S sec" log lines (jax_log_compiles) per function."""
+
+    PATTERN = re.compile(r"Finished XLA compilation of (.+) in ([0-9.e-]+) sec")
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.count, self.seconds = collections.Counter(), collections.defaultdict(float)
+
+    def emit(self, record):
+        m = self.PATTERN.search(record.getMessage())
+        if m:
+            self.count[m.group(1)] += 1
+            self.seconds[m.group(1)] += float(m.group(2))
+
+    def table(self, most: int = 8) -> str:
+        rows = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:most]
+        return "| function | compilations | seconds |\n|---|---|---|\n" + "\n".join(
+            f"| {name} | {self.count[name]} | {sec:.1f} |" for name, sec in rows)
+
+
+def watch_compiles() -> CompileCounter:
+    import jax
+
+    jax.config.update("jax_log_compiles", True)
+    counter = CompileCounter()
+    source = logging.getLogger("jax._src.dispatch")  # where the line is logged; not its parents (counted once)
+    source.addHandler(counter)
+    source.propagate = False  # keep the per-compile lines off the console
+    return counter
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help=f"the CI size ({SMOKE_VAR}=1)")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--only", help="substring of the notebook names to run")
+    p.add_argument("--compiles", action="store_true", help="count XLA compilations per notebook and function")
     args = p.parse_args(argv)
     if args.smoke:
         os.environ[SMOKE_VAR] = "1"
@@ -45,12 +84,17 @@ def main(argv=None):
         if args.only and args.only not in name:
             continue
         times = []
+        counter = watch_compiles() if args.compiles else None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             run_notebook(path)
             times.append(time.perf_counter() - t0)
         rows.append((name, statistics.median(times), times))
         print(f"{name}: {times}", flush=True)
+        if counter is not None:
+            logging.getLogger("jax._src.dispatch").removeHandler(counter)
+            print(f"\n{name}: {sum(counter.count.values())} compilations, {sum(counter.seconds.values()):.0f} s\n"
+                  f"{counter.table()}\n", flush=True)
     print(f"\n{'smoke' if args.smoke else 'full'} size, {os.cpu_count()} cores, {cpu_model()}\n")
     print("| notebook | seconds (median) | runs |\n|---|---|---|")
     for name, med, times in rows:
