@@ -18,7 +18,13 @@ mean generated per question, cumulative over rounds) to the same JSON, table and
                                    majority voting at the same tokens
   --length-budgets B1,B2 --tau T   confidence-based length selection (fresh N samples per budget)
   --budget-forcing K1,K2           budget forcing at total budgets K (buffer --forcing-buffer)
-  --correction-rounds R            CIPO self-correction of the model's own greedy attempts
+  --correction-rounds R            CIPO self-correction of the model's own greedy attempts: per-round accuracy,
+                                   fix / break rates, tokens
+  --debug-bench SPEC               DebugBench-style repair: each problem's buggy program is the attempt, the
+                                   fixes run in the code sandbox (R = --correction-rounds, at least 1); SPEC is
+                                   generated:COUNT[:SEED] (function tasks broken by one AST mutation, checked to
+                                   fail) or a JSONL of buggy_code + tests records. Alone, without --data, it is
+                                   the whole evaluation (a code model needs no math pool).
 
 --data takes a local dataset file (.jsonl / .parquet / save_to_disk dir; see data.datasets.load_examples) or a
 generator spec:
@@ -45,7 +51,7 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate  # noqa: E402
 
-__all__ = ["answer_reward", "evaluate", "load_data", "markdown_table", "plot_curves", "strategy_curves",
+__all__ = ["answer_reward", "evaluate", "load_data", "load_debug_bench", "markdown_table", "plot_curves", "strategy_curves",
            "write_outputs", "main"]
 
 
@@ -82,8 +88,36 @@ def load_data(spec: str, limit: Optional[int] = None) -> list:
     return examples
 
 
+def load_debug_bench(spec: str, limit: Optional[int] = None) -> list:
+    """Buggy programs to repair: `generated:COUNT[:SEED]` (function tasks, one AST mutant each that the sandbox
+    saw fail; a task without a failing mutant is skipped) or a JSONL path of DebugBench-style records."""
+    from jaxrl_reason.data import code_datasets as cd
+
+    if spec.startswith("generated:") and not os.path.exists(spec):
+        parts = spec.split(":")[1:]
+        try:
+            count, seed = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+            if len(parts) > 2 or count < 1:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise SystemExit(f"--debug-bench {spec!r}: use generated:COUNT[:SEED] with COUNT >= 1") from None
+        problems = cd.make_correction_problems(cd.generate_function_tasks(count, seed=seed), seed=seed)
+    elif os.path.exists(spec):
+        problems = cd.load_correction_jsonl(spec)
+    else:
+        raise SystemExit(f"--debug-bench {spec!r}: no such file; give a JSONL of buggy_code + tests records or "
+                         "generated:COUNT[:SEED]")
+    problems = problems[:limit] if limit else problems
+    if not problems:
+        raise SystemExit(f"--debug-bench {spec!r} holds no buggy program")
+    return problems
+
+
 def markdown_table(results: dict) -> str:
-    """One row per strategy (mean, ± std where the estimator has one), one column per k, then token costs."""
+    """One row per strategy (mean, ± std where the estimator has one), one column per k, then token costs; then
+    a section per token-spending strategy present. Without a sample pool (--debug-bench alone) only the latter."""
+    if "strategies" not in results:
+        return "\n".join(["# Evaluation"] + _strategy_sections(results)) + "\n"
     ks = results["ks"]
     lines = [f"# Evaluation: {results['num_questions']} questions, N = {results['n']} samples each",
              "",
@@ -180,15 +214,28 @@ def _strategy_sections(results: dict) -> list:
         bf = results["budget_forcing"]
         lines += ["", f"## Budget forcing (buffer {bf['config']['buffer']}, N = {bf['config']['n']})", "",
                   format_table(bf["rows"], ["budget", "acc", "majority", "weighted", "tokens", "forced"])]
+    cols = ["round", "acc", "fix_rate", "break_rate", "tokens"]
+    if "correction" in results:
+        lines += ["", "## Self-correction of its own greedy attempts (CIPO)", "",
+                  "Round 0: the model's own attempts (tokens: what solving cost); round t: each standing attempt "
+                  "corrected once more, right or not. fix_rate / break_rate: the share of round t - 1's wrong "
+                  "attempts made right / right attempts made wrong; tokens: generated per question, cumulative.", "",
+                  format_table(results["correction"]["rows"], cols)]
+    if "debug_bench" in results:
+        db = results["debug_bench"]
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(db["bug_kinds"].items(), key=lambda kv: -kv[1]))
+        lines += ["", f"## DebugBench-style repair ({db['problems']} buggy programs, fixes run in the sandbox)", "",
+                  f"Round 0: the given buggy programs (all failing). Bug kinds: {kinds}.", "",
+                  format_table(db["rows"], cols)]
     return lines
 
 
 def strategy_curves(results: dict) -> dict:
     """{name: [{"k"?, "tokens", "acc", "lo"?, "hi"?}]} for `plots.test_time_curves`: every vote at every k (± its
     std), and the token-spending strategies present (refinement rounds, length budgets, forced budgets)."""
-    mean_len = results["mean_completion_tokens"]
+    mean_len = results.get("mean_completion_tokens", 0.0)
     curves = {}
-    for name, c in results["strategies"].items():
+    for name, c in results.get("strategies", {}).items():
         pts = []
         for j, k in enumerate(results["ks"]):
             p = {"k": k, "tokens": k * mean_len, "acc": c["mean"][j]}
@@ -207,6 +254,9 @@ def strategy_curves(results: dict) -> dict:
     if "budget_forcing" in results:
         curves["budget forcing (maj@N)"] = [{"tokens": r["tokens"], "acc": r["majority"]}
                                             for r in results["budget_forcing"]["rows"]]
+    for key, label in (("correction", "self-correction"), ("debug_bench", "DebugBench repair")):
+        if key in results:
+            curves[label] = [{"tokens": r["tokens"], "acc": r["acc"]} for r in results[key]["rows"]]
     return {name: [p for p in pts if p["tokens"] > 0] for name, pts in curves.items()}
 
 
@@ -220,10 +270,12 @@ def plot_curves(results: dict, path: str | os.PathLike) -> None:
     curves = strategy_curves(results)
     by_k = {name: pts for name, pts in curves.items() if pts and all("k" in p for p in pts)
             and name != "self-refinement"}
-    fig = Figure(figsize=(12, 4.4), layout="constrained")
-    left, right = fig.subplots(1, 2)
-    title = f"{results['num_questions']} questions, N = {results['n']}"
-    test_time_curves(by_k, x="k", ax=left, title=title)
+    fig = Figure(figsize=(12 if by_k else 6, 4.4), layout="constrained")
+    axes = fig.subplots(1, 2 if by_k else 1)
+    left, right = axes if by_k else (None, axes)
+    if by_k:
+        title = f"{results['num_questions']} questions, N = {results['n']}"
+        test_time_curves(by_k, x="k", ax=left, title=title)
     test_time_curves({n: p for n, p in curves.items() if p}, x="tokens", ax=right,
                      title="accuracy per token generated")
     fig.savefig(path, dpi=120)
@@ -264,8 +316,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="checkpoint directory (Hugging Face layout: config.json + "
                                                    "safetensors); our checkpoints are saved in it too")
     p.add_argument("--tokenizer", help="tokenizer directory (default: --model)")
-    p.add_argument("--data", required=True, help="dataset file/dir or generator spec (arithmetic:COUNT[:SEED], "
-                                                 "reasoning_gym:TASK:COUNT[:SEED])")
+    p.add_argument("--data", help="dataset file/dir or generator spec (arithmetic:COUNT[:SEED], "
+                                  "reasoning_gym:TASK:COUNT[:SEED]); optional with --debug-bench")
     p.add_argument("--limit", type=int, help="evaluate only the first LIMIT questions")
     p.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
     p.add_argument("--ks", help="comma-separated k values (default 1,2,4,...,N)")
@@ -292,7 +344,11 @@ def _parser() -> argparse.ArgumentParser:
                         "worked_check (default 0: the verdict right after the verify prompt)")
     p.add_argument("--correction-rounds", type=int, default=0,
                    help="CIPO self-correction rounds on the model's own greedy attempts: the share of wrong attempts "
-                        "fixed and right ones broken per round, with tokens (0 = off)")
+                        "fixed and right ones broken per round, with tokens (0 = off); also --debug-bench's rounds")
+    p.add_argument("--debug-bench", metavar="SPEC",
+                   help="DebugBench-style repair of buggy programs, checked in the code sandbox: "
+                        "generated:COUNT[:SEED] (function tasks with one AST mutation each) or a JSONL of "
+                        "buggy_code + tests records")
     p.add_argument("--refine-rounds", type=int, default=0,
                    help="CURE self-refinement rounds (critique, then re-solve from the hint unless the verdict says "
                         "no error) from each question's first pool sample (0 = off)")
@@ -341,8 +397,18 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     if forcing and min(forcing) <= args.forcing_buffer:
         raise SystemExit(f"--budget-forcing budgets must exceed --forcing-buffer={args.forcing_buffer}, got "
                          f"{args.budget_forcing!r}")
+    if args.data is None:
+        if not args.debug_bench:
+            raise SystemExit("give --data (questions to sample and vote on) or --debug-bench (buggy programs to "
+                             "repair), or both")
+        pool_flags = [f for f, on in (("--judge", args.judge), ("--refine-rounds", args.refine_rounds),
+                                      ("--length-budgets", budgets), ("--budget-forcing", forcing),
+                                      ("--check-tokens", args.check_tokens)) if on]
+        if pool_flags:
+            raise SystemExit(f"{', '.join(pool_flags)} evaluate a pool of samples of --data questions; add --data")
     start = time.time()
-    examples = load_data(args.data, args.limit)
+    problems = load_debug_bench(args.debug_bench, args.limit) if args.debug_bench else None
+    examples = load_data(args.data, args.limit) if args.data else None
     model = load_pretrained(args.model, args.dtype)
     tokenizer = Tokenizer.from_pretrained(args.tokenizer or args.model)
     if tokenizer.vocab_size > model.config.vocab_size:
@@ -354,11 +420,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                  Tokenizer.from_pretrained(args.judge_tokenizer or args.judge))
     sampling = dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
     reward_fn = answer_reward(args.answer_extraction)
-    results = evaluate(model, tokenizer, examples, n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                       reward_fn=reward_fn, ks=ks, num_subsets=args.num_subsets, normalize=args.normalize,
-                       judge=judge, check_tokens=args.check_tokens,
-                       prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
-                       progress=not args.no_progress, **sampling)
+    if examples is None:
+        results = {"config": {"max_new_tokens": args.max_new_tokens, "seed": args.seed}}
+    else:
+        results = evaluate(model, tokenizer, examples, n=args.n, max_new_tokens=args.max_new_tokens,
+                           seed=args.seed, reward_fn=reward_fn, ks=ks, num_subsets=args.num_subsets,
+                           normalize=args.normalize, judge=judge, check_tokens=args.check_tokens,
+                           prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
+                           progress=not args.no_progress, **sampling)
     if args.refine_rounds or budgets or forcing:
         from jaxrl_reason.inference import strategies
 
@@ -389,15 +458,24 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
             model, tokenizer, examples, reward_fn, budgets=forcing, buffer=args.forcing_buffer, n=args.n,
             seed=args.seed, batch_size=args.batch_size, score_batch_size=args.score_batch_size,
             normalize=args.normalize, **sampling)
-    if args.correction_rounds:
+    if args.correction_rounds and examples is not None:
         from jaxrl_reason.inference.correction import evaluate_correction
 
         results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=args.correction_rounds,
                                                     reward_fn=reward_fn,
                                                     max_new_tokens=args.max_new_tokens, seed=args.seed,
                                                     batch_size=args.batch_size)
+    if problems is not None:
+        from jaxrl_reason.inference.correction import evaluate_debug_bench
+
+        # Greedy, as the own-attempt correction above: a repair is judged once, not sampled.
+        results["debug_bench"] = evaluate_debug_bench(model, tokenizer, problems,
+                                                      rounds=max(1, args.correction_rounds),
+                                                      max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                                      batch_size=args.batch_size)
     results["config"].update({"model": args.model, "tokenizer": args.tokenizer or args.model, "data": args.data,
-                              "judge": args.judge, "dtype": args.dtype, "wall_seconds": time.time() - start})
+                              "debug_bench": args.debug_bench, "judge": args.judge, "dtype": args.dtype,
+                              "wall_seconds": time.time() - start})
     paths = write_outputs(results, args.out)
     print(markdown_table(results))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

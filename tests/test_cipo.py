@@ -308,6 +308,10 @@ def test_self_correct_reports_fixes_breaks_and_tokens_per_round(tokenizer):
     assert s["correct/round2/fix_rate"] == 1.0 and s["correct/round2/break_rate"] == 0.0
     assert s["correct/round2/accuracy"] == 1.0 and s["correct/round2/break_rate_vs_round0"] == 0.0
     assert s["correct/round2/tokens_per_example"] > s["correct/round1/tokens_per_example"] > 0
+    rows = res.rows(round0_tokens=5.0)  # the table / curve form of the same numbers, round 0 priced at 5 tokens
+    assert [(r["round"], r["acc"]) for r in rows] == [(0, 0.5), (1, 0.75), (2, 1.0)]
+    assert np.isnan(rows[0]["fix_rate"]) and rows[1]["fix_rate"] == 1.0 and rows[1]["break_rate"] == 0.5
+    assert rows[2]["tokens"] == 5.0 + s["correct/round2/tokens_per_example"]
 
 
 def test_buggy_programs_are_fixed_in_the_sandbox(tokenizer):

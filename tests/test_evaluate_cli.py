@@ -219,6 +219,13 @@ def test_cli_correction_rounds(tiny_checkpoint, tmp_path):
         assert f"correct/round{t}/fix_rate" in c and f"correct/round{t}/break_rate" in c
     # tokens are cumulative over rounds and each correction round generates at least one token per example
     assert 0 < c["correct/round1/tokens_per_example"] < c["correct/round2/tokens_per_example"] <= 12
+    # the per-round rows reach the markdown and the plot: round 0 costs the solve tokens, later rounds add theirs
+    assert [r["round"] for r in c["rows"]] == [0, 1, 2]
+    assert c["rows"][0]["tokens"] == c["correct/round0/tokens_per_example"] > 0
+    assert c["rows"][2]["tokens"] == pytest.approx(c["rows"][0]["tokens"] + c["correct/round2/tokens_per_example"])
+    assert "## Self-correction of its own greedy attempts" in (out / "results.md").read_text()
+    assert [p["acc"] for p in cli.strategy_curves(json.loads((out / "results.json").read_text()))["self-correction"]
+            ] == [r["acc"] for r in c["rows"]]
     with pytest.raises(SystemExit, match="correction-rounds"):
         cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--out", str(out),
                   "--correction-rounds", "-1"])
@@ -370,3 +377,32 @@ def test_answer_extraction_flag_grades_the_last_number_only_when_asked():
     assert list(strict) == [0.0, 1.0] and list(flexible) == [1.0, 1.0]
     with pytest.raises(SystemExit, match="answer-extraction"):
         cli.answer_reward("last_line")
+
+
+def test_cli_debug_bench_repairs_buggy_programs_in_the_sandbox(tiny_checkpoint, tmp_path):
+    """--debug-bench alone (no --data): generated buggy programs (or a JSONL of them) are the round-0 attempts,
+    all failing; each round's repair is run in the sandbox; rows, tokens, bug kinds reach JSON, markdown and plot."""
+    cli = load_cli()
+    model_dir, out = str(tiny_checkpoint / "model"), tmp_path / "debug"
+    res = cli.main(["--model", model_dir, "--debug-bench", "generated:4:0", "--correction-rounds", "2",
+                    "--max-new-tokens", "6", "--out", str(out), "--no-progress"])
+    db = json.loads((out / "results.json").read_text())["debug_bench"]
+    assert db == json.loads(json.dumps(res["debug_bench"]))  # nan-safe round trip of what main returned
+    assert 1 <= db["problems"] <= 4 and sum(db["bug_kinds"].values()) == db["problems"]
+    assert [r["round"] for r in db["rows"]] == [0, 1, 2] and db["rows"][0]["acc"] == 0.0
+    assert db["rows"][0]["tokens"] == 0 < db["rows"][1]["tokens"] < db["rows"][2]["tokens"] <= 12
+    assert db["correct/round1/fix_rate"] == db["rows"][1]["acc"]  # every round-0 program was wrong
+    md = (out / "results.md").read_text()
+    assert "## DebugBench-style repair" in md and "Evaluation: " not in md  # no pool was sampled
+    assert (out / "accuracy_vs_k.png").stat().st_size > 0
+    # a JSONL of buggy_code + tests records; one round by default
+    one = cli.main(["--model", model_dir, "--debug-bench", str(ROOT / "tests" / "data" / "code" / "correction.jsonl"),
+                    "--max-new-tokens", "4", "--out", str(tmp_path / "jsonl"), "--no-progress"])["debug_bench"]
+    assert one["problems"] == 2 and one["bug_kinds"] == {"logic error": 1, "wrong operator": 1}
+    assert [r["round"] for r in one["rows"]] == [0, 1]
+    for argv, match in ((["--out", str(out)], "give --data"),
+                        (["--debug-bench", "generated:x", "--out", str(out)], "generated:COUNT"),
+                        (["--debug-bench", str(tmp_path / "none.jsonl"), "--out", str(out)], "no such file"),
+                        (["--debug-bench", "generated:2", "--refine-rounds", "1", "--out", str(out)], "add --data")):
+        with pytest.raises(SystemExit, match=match):
+            cli.main(["--model", model_dir] + argv)

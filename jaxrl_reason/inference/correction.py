@@ -57,6 +57,20 @@ class CorrectionResult(NamedTuple):
             out[f"{p}/tokens_per_example"] = float(cum[t])
         return out
 
+    def rows(self, round0_tokens: float = 0.0) -> list:
+        """One dict per round t = 0..R for a table or a curve: {round, acc, fix_rate, break_rate (against round
+        t - 1; nan at round 0 or with no attempt of that kind), tokens (mean per example, cumulative; round 0 costs
+        `round0_tokens`, what producing the attempts cost, 0 when they were given)}."""
+        s = self.summary()
+        out = [{"round": 0, "acc": s["correct/round0/accuracy"], "fix_rate": float("nan"),
+                "break_rate": float("nan"), "tokens": float(round0_tokens)}]
+        for t in range(1, self.correct.shape[0]):
+            p = f"correct/round{t}"
+            out.append({"round": t, "acc": s[f"{p}/accuracy"], "fix_rate": s[f"{p}/fix_rate"],
+                        "break_rate": s[f"{p}/break_rate"],
+                        "tokens": float(round0_tokens) + s[f"{p}/tokens_per_example"]})
+        return out
+
 
 def _scores(reward_fn, texts: Sequence[str], examples: Sequence) -> np.ndarray:
     return np.asarray(reward_fn(list(texts), list(examples)).scores, np.float32) > 0.5
@@ -120,4 +134,27 @@ def evaluate_correction(model, tokenizer, examples: Sequence, *, rounds: int = 1
                        max_new_tokens=max_new_tokens, answer_instruction=answer_instruction)
     out = res.summary()
     out["correct/round0/tokens_per_example"] = float(np.mean([len(x) for x in ids])) if len(ids) else 0.0
+    out["rows"] = res.rows(round0_tokens=out["correct/round0/tokens_per_example"])
     return out
+
+
+def evaluate_debug_bench(model, tokenizer, problems: Sequence[CorrectionProblem], *, rounds: int = 1,
+                         max_new_tokens: int = 1024, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                         seed: int = 0, batch_size: int = 8, reward_fn=None, params=None) -> dict:
+    """`correct_buggy_programs` for a model: the `CorrectionResult.summary()` dict, its per-round `rows` (round 0,
+    the given buggy programs, costs no tokens and is wrong by construction, so `fix_rate` is the share repaired
+    and `break_rate` stays nan until a round has right programs to break), the problem count and its bug kinds.
+    `reward_fn`: `data.code_datasets.code_example_reward` (the sandbox) unless given."""
+    if not problems:
+        raise ValueError("evaluate_debug_bench: no problems; a DebugBench set needs at least one buggy program")
+    if reward_fn is None:
+        from jaxrl_reason.data.code_datasets import code_example_reward as reward_fn
+    generate = make_generate(model, tokenizer, params=params, temperature=temperature, top_p=top_p, top_k=top_k,
+                             seed=seed, batch_size=batch_size)
+    res = correct_buggy_programs(generate, tokenizer, problems, reward_fn, rounds=rounds,
+                                 max_new_tokens=max_new_tokens)
+    kinds: dict = {}
+    for p in problems:  # a generated mutant's bug is "binop: Add -> Sub ...": its kind is the part before ":"
+        kind = p.bug.split(":")[0].strip() or "unknown"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return {**res.summary(), "rows": res.rows(), "problems": len(problems), "bug_kinds": kinds}
