@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -167,6 +169,42 @@ def test_warmup_runs_end_to_end_on_the_testbed(tmp_path):
     assert (tmp_path / "sft_model" / "config.json").exists()
 
 
+def test_tokenizer_aux_corpus_makes_critique_rows_shorter_and_is_refused_without_rows(tmp_path):
+    """tokenizer.aux_corpus: the task BPE also sees the warm-up's auxiliary rows, so a critique row (prompt and
+    target) encodes in far fewer tokens; a worked solution still round-trips. Refused at start-up where there are no
+    auxiliary rows to train on, or where the tokenizer is loaded rather than trained."""
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import sft_examples, tokenizer_corpus
+
+    lengths = {}
+    for aux in (False, True):
+        c = _tiny_cfg(tmp_path / str(aux), aux_critique_share=0.5, aux_verify_share=0.0)
+        c.data.source, c.data.train_size, c.sft.examples = "latin_square", 400, 200
+        c.tokenizer.aux_corpus, c.tokenizer.vocab_size = aux, 512  # room for the templates' merges
+        rc = read_run_config(c)
+        task = build_data(rc.data, rc.seed)
+        corpus, prompt_fn = tokenizer_corpus(rc, task)
+        tok = build_tokenizer(rc, corpus, str(tmp_path / str(aux)), prompt_fn)
+        rows, _ = sft_examples(rc, task)
+        critiques = [r for r in rows if r.meta.get("format") == "critique"]
+        assert len(critiques) == 100 and len(corpus) == len(task.train) + (100 if aux else 0)
+        lengths[aux] = np.mean([len(tok.encode(r.question + r.solution)) for r in critiques])
+        sol = task.train[0].solution
+        assert tok.decode(tok.encode(sol)) == sol
+    assert lengths[True] < 0.7 * lengths[False], lengths
+    c = _tiny_cfg(tmp_path / "none")
+    c.sft.aux_verify_share, c.tokenizer.aux_corpus = 0.0, True
+    with pytest.raises(ValueError, match="tokenizer.aux_corpus=True needs auxiliary rows"):
+        start(c)
+    c = _tiny_cfg(tmp_path / "loaded")
+    c.tokenizer.aux_corpus, c.tokenizer.path = True, str(tmp_path)
+    with pytest.raises(ValueError, match="tokenizer is loaded"):
+        start(c)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The other testbed tasks: graph colouring and 4x4 Latin squares (same contract as graph_path)
 # ---------------------------------------------------------------------------------------------------------------
@@ -296,14 +334,20 @@ def test_latin_blanks_knob_and_the_cure_preset():
 # The worked check (data.verify_format="worked_check")
 # ---------------------------------------------------------------------------------------------------------------
 def test_latin_worked_check_marks_the_line_that_breaks_and_its_verdict_is_the_checker():
-    assert ls.check_text(LQ, LSQ) == ("Row 1: A x C D | A B C D ok\nRow 2: C D x B | C D A B ok\n"
-                                      "Row 3: x A D C | B A D C ok\nRow 4: D C B x | D C B A ok\n"
-                                      "Col 1: A C B D ok\nCol 2: B D A C ok\nCol 3: C A D B ok\nCol 4: D B C A ok")
+    assert ls.check_text(LQ, LSQ) == (
+        "Row 1: A B C D | = x = = | A B C D ok\nRow 2: C D A B | = = x = | A B C D ok\n"
+        "Row 3: B A D C | x = = = | A B C D ok\nRow 4: D C B A | = = = x | A B C D ok\n"
+        "Col 1: A C B D | A B C D ok\nCol 2: B D A C | A B C D ok\nCol 3: C A D B | A B C D ok\n"
+        "Col 4: D B C A | A B C D ok")
     changed = list(LSQ)
     changed[0] = "B"  # a given rewritten: row 1 says changed (not repeat), column 1 now repeats B
     lines = ls.check_text(LQ, changed).split("\n")
-    assert lines[0] == "Row 1: A x C D | B B C D changed" and lines[4] == "Col 1: B C B D repeat"
+    assert lines[0] == "Row 1: B B C D | ! x = = | - B C D changed" and lines[4] == "Col 1: B C B D | - B C D repeat"
     assert [ln.rsplit(" ", 1)[1] for ln in lines] == ["changed"] + ["ok"] * 3 + ["repeat"] + ["ok"] * 3
+    filled = list(LSQ)
+    filled[1] = "A"  # a blank filled with its row's given A: row 1 repeats (no given changed), column 2 too
+    lines = ls.check_text(LQ, filled).split("\n")
+    assert lines[0] == "Row 1: A A C D | = x = = | A - C D repeat" and lines[5] == "Col 2: A D A C | A - C D repeat"
     blank = f"{ls.INSTRUCTION}\nGrid: " + ", ".join(["x x x x"] * 4)
     marks = [ln.rsplit(" ", 1)[1] for ln in ls.check_text(blank, "A B C D B A D C A B C D D C B A".split()).split("\n")]
     assert marks == ["ok"] * 4 + ["repeat"] * 4  # rows 1 and 3 equal: every row fine, every column repeats
@@ -322,6 +366,30 @@ def test_latin_worked_check_marks_the_line_that_breaks_and_its_verdict_is_the_ch
         gp.verify_target(Q, _sol("A F G"), "worked_check")
     with pytest.raises(ValueError, match="verify_format"):
         ls.verify_target(LQ, ls.solution_text(LSQ), "cot")
+
+
+def test_probe_grades_a_written_check_line_by_line_per_flag_and_mark():
+    """testbed_probe.grade_check_lines: a right check scores 1 everywhere; a check that copies the cells but writes
+    no flag and calls every line ok is right on the ok marks and the kept / present flags only."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
+                                    "research"))
+    os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
+    from testbed_probe import grade_check_lines
+
+    changed = list(LSQ)
+    changed[0] = "B"
+    true = ls.check_text(LQ, changed)
+    g = grade_check_lines([true], [true])
+    assert g["line_copied"] == 1.0 and all(v[0] == 1.0 for d in ("flag_right", "mark_right") for v in g[d].values())
+    assert g["flag_right"]["!"] == [1.0, 1] and g["flag_right"]["-"] == [1.0, 2]
+    assert g["mark_right"] == {"changed": [1.0, 1], "ok": [1.0, 6], "repeat": [1.0, 1]}
+    blind = "\n".join(ln.replace("!", "=").replace("-", "A").rsplit(" ", 1)[0] + " ok" for ln in true.split("\n"))
+    g = grade_check_lines([true], [blind + "\nextra line"])
+    assert g["line_copied"] == 1.0 and g["flag_right"]["!"] == [0.0, 1] and g["flag_right"]["-"] == [0.0, 2]
+    assert g["flag_right"]["="][0] == 1.0 and g["mark_right"]["ok"] == [1.0, 6]
+    assert g["mark_right"]["changed"] == [0.0, 1] and g["mark_right"]["repeat"] == [0.0, 1]
+    g = grade_check_lines([true], ["Row 1: B B C D"])  # a check cut short: the missing lines are wrong
+    assert g["line_copied"] == 1 / 8 and g["mark_right"]["ok"] == [0.0, 6]
 
 
 def _latin_cfg(tmp_path, **data):

@@ -78,6 +78,36 @@ def worked_check_pairs(source: str, examples, seed: int) -> list:
     return rows
 
 
+def grade_check_lines(true_checks, written_checks) -> dict:
+    """A written worked check against the true one, line by line (lines paired in order, a missing line graded
+    as wrong): `line_copied`, the share whose copied cells (the text before the first " | ") are exact; `flag_right`,
+    per true flag token of the middle segments (latin_square: = x ! per cell, a symbol or - per presence slot), the
+    share written right at its position; `mark_right`, per true mark (the line's last word), the share written
+    right. {name: [share, count]} for the keyed ones."""
+    import numpy as np
+
+    copies, flags, marks = [], collections.defaultdict(list), collections.defaultdict(list)
+    for true, got in zip(true_checks, written_checks):
+        got_lines = got.strip().split("\n")
+        for i, line in enumerate(true.split("\n")):
+            w = got_lines[i].strip() if i < len(got_lines) else ""
+            t_segs, w_segs = line.split(" | "), w.split(" | ")
+            copies.append(len(w_segs) > 0 and w_segs[0] == t_segs[0])
+            mark = line.rsplit(" ", 1)[-1]
+            marks[mark].append(w.rsplit(" ", 1)[-1] == mark)
+            for k, seg in enumerate(t_segs[1:], start=1):
+                t_tok = seg.split()
+                if k == len(t_segs) - 1:
+                    t_tok = t_tok[:-1]  # the mark, graded above
+                w_tok = w_segs[k].split() if k < len(w_segs) else []
+                for j, tok in enumerate(t_tok):
+                    flags["-" if tok == "-" else "symbol" if tok.isupper() else tok].append(
+                        j < len(w_tok) and w_tok[j] == tok)
+    share = lambda d: {m: [float(np.mean(v)), len(v)] for m, v in sorted(d.items())}  # noqa: E731
+    return {"line_copied": float(np.mean(copies)) if copies else float("nan"), "flag_right": share(flags),
+            "mark_right": share(marks)}
+
+
 def train_worked_check(model, tokenizer, task, rc, args) -> dict:
     """The offline verifier of --verify-format worked_check: SFT on worked-check pairs of the first
     --verify-questions training questions, with --check-solve-share worked-solution rows per verify row (the
@@ -95,24 +125,17 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
     labels = np.array([r.solution.endswith(VERIFY_YES) for r in held])
 
     def held_report() -> dict:
-        """Balanced accuracy of the verdict after the written check, and of the check itself line by line
-        against the true one: the copies (a line without its mark) and the marks, split by the true mark."""
+        """Balanced accuracy of the verdict after the written check, and the check itself graded line by line
+        against the true one (`grade_check_lines`)."""
         qs_, sols = [r.meta["question"] for r in held], [r.meta["solution"] for r in held]
         inputs = verify_inputs(model, tokenizer, qs_, sols, check_tokens=args.check_tokens)
         lp = verdict_logprobs(model, tokenizer, qs_, sols, inputs=inputs)
         yes = lp[:, 0] > lp[:, 1]
         prompts = verify_prompts(tokenizer, qs_, sols)
-        copies, marks = [], collections.defaultdict(list)
-        for r, x, p in zip(held, inputs, prompts):
-            written = tokenizer.decode(x[len(p):], skip_special_tokens=True).strip().split("\n")
-            for i, line in enumerate(r.solution.split("\n")[:-1]):
-                got = written[i].strip() if i < len(written) else ""
-                copies.append(got.rsplit(" ", 1)[0] == line.rsplit(" ", 1)[0])
-                marks[line.rsplit(" ", 1)[1]].append(got.rsplit(" ", 1)[-1] == line.rsplit(" ", 1)[1])
+        written = [tokenizer.decode(x[len(p):], skip_special_tokens=True) for x, p in zip(inputs, prompts)]
         return {"bal_acc": float(0.5 * (yes[labels].mean() + (~yes[~labels]).mean())),
-                "line_copied": float(np.mean(copies)),
-                "mark_right": {m: [float(np.mean(v)), len(v)] for m, v in sorted(marks.items())},
-                "example_check": tokenizer.decode(inputs[1][len(prompts[1]):], skip_special_tokens=True)}
+                **grade_check_lines([r.solution.rsplit("\n", 1)[0] for r in held], written),
+                "example_check": written[1]}
 
     before = held_report()
     pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed)
@@ -166,7 +189,7 @@ def main():
     from jaxrl_reason.experiment.config import read_run_config
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.experiment.model import build_tokenizer
-    from jaxrl_reason.experiment.warmup import warmed_up_policy, without_verify_warmup
+    from jaxrl_reason.experiment.warmup import tokenizer_corpus, warmed_up_policy, without_verify_warmup
     from jaxrl_reason.train.verify_warmup import verify_warmup
 
     logging.set_verbosity(logging.WARNING)
@@ -187,7 +210,8 @@ def main():
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
     task = build_data(rc.data, rc.seed)
-    tokenizer = build_tokenizer(rc, task.train, workdir, task.prompt_fn)
+    corpus, corpus_prompt_fn = tokenizer_corpus(rc, task)
+    tokenizer = build_tokenizer(rc, corpus, workdir, corpus_prompt_fn)
     t = time.time()
     model, _ = warmed_up_policy(rc, tokenizer, task, workdir)
     out = {"sft_seconds": time.time() - t, "temperature": rc.rl.temperature}

@@ -41,6 +41,9 @@ class ModelSection:
 class TokenizerSection:
     path: str = ""  # a local HF tokenizer directory; empty = train a small BPE on the task's text
     vocab_size: int = 384  # size of the trained BPE (only when path is empty)
+    # train that BPE on the warm-up's auxiliary-format rows too (sft.aux_*_share > 0), so that critique, correction
+    # and check rows encode in ~2x fewer tokens; another vocabulary is another initialisation of a scratch model
+    aux_corpus: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

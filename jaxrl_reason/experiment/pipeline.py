@@ -11,7 +11,7 @@ from jaxrl_reason.experiment.config import read_run_config
 from jaxrl_reason.experiment.data import build_data, verify_target_fn
 from jaxrl_reason.experiment.model import build_mesh, build_tokenizer, save_hf
 from jaxrl_reason.experiment.report import plot_curves, results_table
-from jaxrl_reason.experiment.warmup import check_verify_warmup, warmed_up_policy
+from jaxrl_reason.experiment.warmup import check_verify_warmup, tokenizer_corpus, warmed_up_policy
 
 
 def start(cfg):
@@ -48,7 +48,8 @@ def run(cfg) -> dict:
             json.dump(results, open(results_path, "w"), indent=2)
 
     task = build_data(rc.data, rc.seed)
-    tokenizer = build_tokenizer(rc, task.train, workdir, task.prompt_fn)
+    corpus, corpus_prompt_fn = tokenizer_corpus(rc, task)
+    tokenizer = build_tokenizer(rc, corpus, workdir, corpus_prompt_fn)
     if is_main_process():
         # The exact held-out problems, so that `experiments/evaluate.py --data <workdir>/heldout.jsonl` scores
         # test-time strategies on the same split the before/after table uses.

@@ -63,6 +63,13 @@ def check_aux_formats(rc: RunConfig) -> None:
     if any(shares.values()) and rc.data.source not in AUX_FORMATS:
         raise ValueError(f"config sft.aux_*_share > 0 needs a data source that writes the auxiliary formats "
                          f"({' | '.join(AUX_FORMATS)}), got data.source={rc.data.source!r}; set the shares to 0")
+    if rc.tokenizer.aux_corpus:
+        if rc.tokenizer.path or rc.model.gguf_path:
+            raise ValueError("config tokenizer.aux_corpus=True trains the task BPE on the auxiliary rows, but the "
+                             "tokenizer is loaded (tokenizer.path / model.gguf_path); set aux_corpus=False")
+        if not any(shares.values()):
+            raise ValueError("config tokenizer.aux_corpus=True needs auxiliary rows to train on: set an "
+                             "sft.aux_*_share > 0, or aux_corpus=False")
     fmt = rc.data.verify_format
     if fmt not in VERIFY_FORMATS:
         raise ValueError(f"config data.verify_format={fmt!r} is unknown; use {' | '.join(VERIFY_FORMATS)}")
@@ -98,6 +105,22 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
         return question if question in turns else task.prompt_fn(question)
 
     return base + aux, prompt_fn
+
+
+# Auxiliary rows the BPE sees beside the worked solutions: every critique / correction / verify row repeats its
+# template's English verbatim, so a few hundred of each are enough for the merges to form.
+TOKENIZER_AUX_ROWS = 1000
+
+
+def tokenizer_corpus(rc: RunConfig, task: TaskData) -> tuple[list, object]:
+    """-> (examples, prompt_fn) that `experiment.model.build_tokenizer` trains the task BPE on: the task's problems,
+    and with `tokenizer.aux_corpus` first up to TOKENIZER_AUX_ROWS of the warm-up's auxiliary rows (the same rows
+    `sft_examples` builds, whose question is the whole user turn)."""
+    if not rc.tokenizer.aux_corpus:
+        return list(task.train), task.prompt_fn
+    rows, prompt_fn = sft_examples(rc, task)
+    aux = rows[min(rc.sft.examples, len(task.train)):]
+    return aux[:TOKENIZER_AUX_ROWS] + list(task.train), prompt_fn
 
 
 def _writer(workdir: str, name: str):
