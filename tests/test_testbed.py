@@ -334,20 +334,14 @@ def test_latin_blanks_knob_and_the_cure_preset():
 # The worked check (data.verify_format="worked_check")
 # ---------------------------------------------------------------------------------------------------------------
 def test_latin_worked_check_marks_the_line_that_breaks_and_its_verdict_is_the_checker():
-    assert ls.check_text(LQ, LSQ) == (
-        "Row 1: A B C D | = x = = | A B C D ok\nRow 2: C D A B | = = x = | A B C D ok\n"
-        "Row 3: B A D C | x = = = | A B C D ok\nRow 4: D C B A | = = = x | A B C D ok\n"
-        "Col 1: A C B D | A B C D ok\nCol 2: B D A C | A B C D ok\nCol 3: C A D B | A B C D ok\n"
-        "Col 4: D B C A | A B C D ok")
+    assert ls.check_text(LQ, LSQ) == ("Row 1: A x C D | A B C D ok\nRow 2: C D x B | C D A B ok\n"
+                                      "Row 3: x A D C | B A D C ok\nRow 4: D C B x | D C B A ok\n"
+                                      "Col 1: A C B D ok\nCol 2: B D A C ok\nCol 3: C A D B ok\nCol 4: D B C A ok")
     changed = list(LSQ)
     changed[0] = "B"  # a given rewritten: row 1 says changed (not repeat), column 1 now repeats B
     lines = ls.check_text(LQ, changed).split("\n")
-    assert lines[0] == "Row 1: B B C D | ! x = = | - B C D changed" and lines[4] == "Col 1: B C B D | - B C D repeat"
+    assert lines[0] == "Row 1: A x C D | B B C D changed" and lines[4] == "Col 1: B C B D repeat"
     assert [ln.rsplit(" ", 1)[1] for ln in lines] == ["changed"] + ["ok"] * 3 + ["repeat"] + ["ok"] * 3
-    filled = list(LSQ)
-    filled[1] = "A"  # a blank filled with its row's given A: row 1 repeats (no given changed), column 2 too
-    lines = ls.check_text(LQ, filled).split("\n")
-    assert lines[0] == "Row 1: A A C D | = x = = | A - C D repeat" and lines[5] == "Col 2: A D A C | A - C D repeat"
     blank = f"{ls.INSTRUCTION}\nGrid: " + ", ".join(["x x x x"] * 4)
     marks = [ln.rsplit(" ", 1)[1] for ln in ls.check_text(blank, "A B C D B A D C A B C D D C B A".split()).split("\n")]
     assert marks == ["ok"] * 4 + ["repeat"] * 4  # rows 1 and 3 equal: every row fine, every column repeats
@@ -369,8 +363,8 @@ def test_latin_worked_check_marks_the_line_that_breaks_and_its_verdict_is_the_ch
 
 
 def test_probe_grades_a_written_check_line_by_line_per_flag_and_mark():
-    """testbed_probe.grade_check_lines: a right check scores 1 everywhere; a check that copies the cells but writes
-    no flag and calls every line ok is right on the ok marks and the kept / present flags only."""
+    """testbed_probe.grade_check_lines: a right check scores 1 everywhere; a check that copies every cell but calls
+    every line ok is right on the copies and the ok marks only; a check cut short counts its missing lines wrong."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
                                     "research"))
     os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
@@ -381,15 +375,14 @@ def test_probe_grades_a_written_check_line_by_line_per_flag_and_mark():
     true = ls.check_text(LQ, changed)
     g = grade_check_lines([true], [true])
     assert g["line_copied"] == 1.0 and all(v[0] == 1.0 for d in ("flag_right", "mark_right") for v in g[d].values())
-    assert g["flag_right"]["!"] == [1.0, 1] and g["flag_right"]["-"] == [1.0, 2]
     assert g["mark_right"] == {"changed": [1.0, 1], "ok": [1.0, 6], "repeat": [1.0, 1]}
-    blind = "\n".join(ln.replace("!", "=").replace("-", "A").rsplit(" ", 1)[0] + " ok" for ln in true.split("\n"))
+    assert g["flag_right"] == {"symbol": [1.0, 16]}  # the answer's cells after " | " on the four row lines
+    blind = "\n".join(ln.rsplit(" ", 1)[0] + " ok" for ln in true.split("\n"))
     g = grade_check_lines([true], [blind + "\nextra line"])
-    assert g["line_copied"] == 1.0 and g["flag_right"]["!"] == [0.0, 1] and g["flag_right"]["-"] == [0.0, 2]
-    assert g["flag_right"]["="][0] == 1.0 and g["mark_right"]["ok"] == [1.0, 6]
+    assert g["line_copied"] == 1.0 and g["mark_right"]["ok"] == [1.0, 6]
     assert g["mark_right"]["changed"] == [0.0, 1] and g["mark_right"]["repeat"] == [0.0, 1]
-    g = grade_check_lines([true], ["Row 1: B B C D"])  # a check cut short: the missing lines are wrong
-    assert g["line_copied"] == 1 / 8 and g["mark_right"]["ok"] == [0.0, 6]
+    g = grade_check_lines([true], ["Row 1: A x C D | B B C D changed"])
+    assert g["line_copied"] == 1 / 8 and g["mark_right"]["ok"] == [0.0, 6] and g["mark_right"]["changed"] == [1.0, 1]
 
 
 def _latin_cfg(tmp_path, **data):

@@ -80,10 +80,10 @@ def worked_check_pairs(source: str, examples, seed: int) -> list:
 
 def grade_check_lines(true_checks, written_checks) -> dict:
     """A written worked check against the true one, line by line (lines paired in order, a missing line graded
-    as wrong): `line_copied`, the share whose copied cells (the text before the first " | ") are exact; `flag_right`,
-    per true flag token of the middle segments (latin_square: = x ! per cell, a symbol or - per presence slot), the
-    share written right at its position; `mark_right`, per true mark (the line's last word), the share written
-    right. {name: [share, count]} for the keyed ones."""
+    as wrong): `line_copied`, the share whose first segment (the line without its mark, up to the first " | ") is
+    exact; `flag_right`, per true token of the later segments (a symbol, or a flag such as - or !), the share written
+    right at its position; `mark_right`, per true mark (the line's last word), the share written right.
+    {name: [share, count]} for the keyed ones."""
     import numpy as np
 
     copies, flags, marks = [], collections.defaultdict(list), collections.defaultdict(list)
@@ -91,14 +91,12 @@ def grade_check_lines(true_checks, written_checks) -> dict:
         got_lines = got.strip().split("\n")
         for i, line in enumerate(true.split("\n")):
             w = got_lines[i].strip() if i < len(got_lines) else ""
-            t_segs, w_segs = line.split(" | "), w.split(" | ")
-            copies.append(len(w_segs) > 0 and w_segs[0] == t_segs[0])
-            mark = line.rsplit(" ", 1)[-1]
-            marks[mark].append(w.rsplit(" ", 1)[-1] == mark)
+            (t_body, mark), (w_body, w_mark) = line.rsplit(" ", 1), (w.rsplit(" ", 1) + [""])[:2]
+            marks[mark].append(w_mark == mark)
+            t_segs, w_segs = t_body.split(" | "), w_body.split(" | ")
+            copies.append(w_segs[0] == t_segs[0])
             for k, seg in enumerate(t_segs[1:], start=1):
                 t_tok = seg.split()
-                if k == len(t_segs) - 1:
-                    t_tok = t_tok[:-1]  # the mark, graded above
                 w_tok = w_segs[k].split() if k < len(w_segs) else []
                 for j, tok in enumerate(t_tok):
                     flags["-" if tok == "-" else "symbol" if tok.isupper() else tok].append(

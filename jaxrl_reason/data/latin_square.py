@@ -224,43 +224,30 @@ def critique_text(question: str, cells: Sequence[str], kind: Optional[str]) -> s
 # The worked check (verify_format="worked_check"): the verifier writes the check before its verdict
 # ----------------------------------------------------------------------------------------------------------------
 NO_GRID_CHECK = "Grid: unreadable"
-# Per cell of a row line, what the answer did with the question's cell: kept a given, filled a blank, rewrote a
-# given. A row or column line then lists, per symbol A-D in order, the symbol when the line holds it, else MISSING.
-KEPT, FILLED, CHANGED, MISSING = "=", BLANK, "!", "-"
-
-
-def _presence(line: Sequence[str]) -> str:
-    return " ".join(s if s in line else MISSING for s in SYMBOLS)
 
 
 def check_text(question: str, cells: Optional[Sequence[str]]) -> str:
-    """The check a verifier writes before its verdict, one constraint group per line. Every decision in it is a
-    look-up over tokens the line itself just wrote, or at a fixed offset in the question -- what a tiny model learns
-    first -- and never a comparison among several cells at once:
+    """The check a verifier writes before its verdict, one constraint group per line, each a copy of what it
+    compares and the outcome: a row line puts the question's row beside the answer's row (`changed` when a given
+    differs, else `repeat` when a symbol is doubled, else `ok`), a column line copies the answer's column. Every
+    decision is then over a few adjacent tokens the line itself just wrote -- the positional copying a tiny model
+    learns first -- instead of over all 16 cells at the verdict token. The verdict is the conjunction of the lines.
 
-        Row 1: A B C D | = x = = | A B C D ok       the answer's row; per cell = (given kept), x (blank filled),
-        Row 2: C D A A | = = x ! | A - C D changed  ! (given rewritten); per symbol A-D, itself if the row holds it,
-        ...                                          else -; the mark: changed if any !, else repeat if any -, else ok
-        Col 4: D B C A | A B C D ok                  the answer's column; presence; repeat if any -, else ok
-
-    A repeat in four cells of four symbols is exactly a missing symbol, so `repeat` needs only "is there a -" and
-    each `-` only "does this line hold the symbol". The verdict is the conjunction of the marks (docs/methods/
-    testbed.md: this lookup form replaced a first one whose row lines set the question's row beside the answer's
-    and decided the mark over all the cells at once; its marks were right on 18% of repeat lines)."""
+        Row 1: A x C x | A B C D ok
+        ...
+        Col 4: D B C A ok"""
     if cells is None or len(cells) != N * N or any(c not in SYMBOLS for c in cells):
         return NO_GRID_CHECK
     puzzle = parse_question(question)
     rows, cols = _lines(cells)
     lines = []
     for r, row in enumerate(rows):
-        cell_marks = [FILLED if g == BLANK else KEPT if g == c else CHANGED
-                      for g, c in zip(puzzle[r * N:(r + 1) * N], row)]
-        presence = _presence(row)
-        mark = "changed" if CHANGED in cell_marks else "repeat" if MISSING in presence else "ok"
-        lines.append(f"Row {r + 1}: {' '.join(row)} | {' '.join(cell_marks)} | {presence} {mark}")
+        given = puzzle[r * N:(r + 1) * N]
+        mark = ("changed" if any(g != BLANK and g != c for g, c in zip(given, row))
+                else "repeat" if len(set(row)) != N else "ok")
+        lines.append(f"Row {r + 1}: {' '.join(given)} | {' '.join(row)} {mark}")
     for j, col in enumerate(cols):
-        presence = _presence(col)
-        lines.append(f"Col {j + 1}: {' '.join(col)} | {presence} {'repeat' if MISSING in presence else 'ok'}")
+        lines.append(f"Col {j + 1}: {' '.join(col)} {'repeat' if len(set(col)) != N else 'ok'}")
     return "\n".join(lines)
 
 
