@@ -30,6 +30,9 @@ mean generated per question, cumulative over rounds) to the same JSON, table and
 generator spec:
   arithmetic:COUNT[:SEED]              built-in arithmetic problems
   reasoning_gym:TASK:COUNT[:SEED]      a reasoning-gym task (offline)
+Answers are graded by what the examples are (`--grader auto`, from each example's meta source): a testbed task's
+exact checker (a run's own heldout.jsonl, e.g. runs/testbed_latin/heldout.jsonl), reasoning-gym's scorer, else the
+math grader (`--answer-extraction`); `--grader NAME` forces one.
 
 The core is `jaxrl_reason.inference.test_time.evaluate(model, tokenizer, examples, n=..., ...)`, re-exported
 here, so the trainer and benchmarks call the same code.
@@ -49,10 +52,11 @@ from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
+from jaxrl_reason.data.testbed import TASK_MODULES as TESTBED_TASKS  # noqa: E402
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate  # noqa: E402
 
-__all__ = ["answer_reward", "evaluate", "load_data", "load_debug_bench", "markdown_table", "plot_curves", "strategy_curves",
-           "write_outputs", "main"]
+__all__ = ["answer_reward", "evaluate", "example_grader", "example_reward", "load_data", "load_debug_bench",
+           "markdown_table", "plot_curves", "strategy_curves", "write_outputs", "main"]
 
 
 def load_data(spec: str, limit: Optional[int] = None) -> list:
@@ -310,6 +314,44 @@ def answer_reward(extraction: str = "boxed"):
     return functools.partial(default_reward, extraction=extraction)
 
 
+GRADERS = ("auto", "math", "reasoning_gym", *TESTBED_TASKS)
+
+
+def example_grader(examples: Sequence, grader: str = "auto") -> str:
+    """The name of what grades `examples`: `grader` itself, or with "auto" the examples' own `meta["source"]` --
+    a testbed task (a run's heldout.jsonl keeps the source), reasoning_gym, else math. Pools of code problems are
+    refused: they are graded in the sandbox by `--debug-bench` or the trainer, not by an answer grader."""
+    if grader not in GRADERS:
+        raise SystemExit(f"--grader must be one of {' | '.join(GRADERS)}, got {grader!r}")
+    if any("tests" in (e.meta or {}) for e in examples):
+        raise SystemExit("--data holds code problems (meta.tests); a pool of programs is not graded by an answer "
+                         "grader here: use --debug-bench for repair, or the trainer's held-out evaluation")
+    if grader != "auto":
+        return grader
+    sources = {(e.meta or {}).get("source") for e in examples}
+    known = sources & {"reasoning_gym", *TESTBED_TASKS}
+    if len(known) > 1 or (known and len(sources) > 1):
+        raise SystemExit(f"--data mixes sources {sorted(map(str, sources))}; evaluate one task at a time or name "
+                         "the grader with --grader")
+    return known.pop() if known else "math"
+
+
+def example_reward(grader: str, extraction: str = "boxed"):
+    """(completions, examples) -> RewardResult for a grader named by `example_grader`: a testbed task's exact
+    checker, reasoning-gym's scorer, or the math answer grader with `extraction`."""
+    import functools
+
+    if grader == "math":
+        return answer_reward(extraction)
+    if grader == "reasoning_gym":
+        from jaxrl_reason.data.procedural import reasoning_gym_reward
+
+        return reasoning_gym_reward
+    from jaxrl_reason.data import testbed
+
+    return functools.partial(testbed.reward, testbed.task_of(grader))
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -333,6 +375,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-tokenizer", help="tokenizer of --judge (default: --judge)")
     p.add_argument("--answer-extraction", default="boxed",
                    help="boxed (strict: the last \\boxed{}) or boxed_or_last_number (else the last number written)")
+    p.add_argument("--grader", default="auto", choices=GRADERS,
+                   help="what grades an answer: auto (from each example's meta source: a testbed task's checker, "
+                        "reasoning-gym's scorer, else math) or one named")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
     p.add_argument("--batch-size", type=int, default=8, help="questions per sampler call")
     p.add_argument("--score-batch-size", type=int, default=32, help="rows per verifier prefill")
@@ -409,6 +454,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     start = time.time()
     problems = load_debug_bench(args.debug_bench, args.limit) if args.debug_bench else None
     examples = load_data(args.data, args.limit) if args.data else None
+    grader = example_grader(examples, args.grader) if examples else None
+    reward_fn = example_reward(grader, args.answer_extraction) if examples else None
     model = load_pretrained(args.model, args.dtype)
     tokenizer = Tokenizer.from_pretrained(args.tokenizer or args.model)
     if tokenizer.vocab_size > model.config.vocab_size:
@@ -419,7 +466,6 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         judge = (load_pretrained(args.judge, args.dtype),
                  Tokenizer.from_pretrained(args.judge_tokenizer or args.judge))
     sampling = dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
-    reward_fn = answer_reward(args.answer_extraction)
     if examples is None:
         results = {"config": {"max_new_tokens": args.max_new_tokens, "seed": args.seed}}
     else:
@@ -448,7 +494,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         pools = [results if b == args.max_new_tokens else
                  evaluate(model, tokenizer, examples, n=args.n, max_new_tokens=b, seed=args.seed + 1 + j,
                           reward_fn=reward_fn, ks=[args.n], num_subsets=args.num_subsets,
-                          normalize=args.normalize,
+                          normalize=args.normalize, check_tokens=args.check_tokens,
                           prompt_batch_size=args.batch_size, score_batch_size=args.score_batch_size,
                           progress=not args.no_progress, **sampling)
                  for j, b in enumerate(budgets)]
@@ -457,7 +503,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         results["budget_forcing"] = strategies.forced_budgets(
             model, tokenizer, examples, reward_fn, budgets=forcing, buffer=args.forcing_buffer, n=args.n,
             seed=args.seed, batch_size=args.batch_size, score_batch_size=args.score_batch_size,
-            normalize=args.normalize, **sampling)
+            normalize=args.normalize, check_tokens=args.check_tokens, **sampling)
     if args.correction_rounds and examples is not None:
         from jaxrl_reason.inference.correction import evaluate_correction
 
@@ -474,8 +520,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                                                       max_new_tokens=args.max_new_tokens, seed=args.seed,
                                                       batch_size=args.batch_size)
     results["config"].update({"model": args.model, "tokenizer": args.tokenizer or args.model, "data": args.data,
-                              "debug_bench": args.debug_bench, "judge": args.judge, "dtype": args.dtype,
-                              "wall_seconds": time.time() - start})
+                              "grader": grader, "debug_bench": args.debug_bench, "judge": args.judge,
+                              "dtype": args.dtype, "wall_seconds": time.time() - start})
     paths = write_outputs(results, args.out)
     print(markdown_table(results))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -104,6 +104,25 @@ def test_write_jsonl_round_trip(tmp_path):
     assert back[0].meta["meta"] == exs[0].meta
 
 
+def test_write_jsonl_reads_back_whole_without_a_field_spec(tmp_path):
+    """A run's heldout.jsonl read back as written: id, solution and meta (what a testbed or reasoning-gym reward
+    and code tests read); a row of another shape, or a field spec, takes the ordinary path."""
+    from jaxrl_reason.data.latin_square import latin_square_examples
+    from jaxrl_reason.data.procedural import reasoning_gym_examples
+
+    exs = latin_square_examples(2, seed=0) + reasoning_gym_examples("basic_arithmetic", 2, seed=0)
+    exs.append(Example("q?", "7", "plain", None, {"source": "x"}))
+    write_jsonl(exs, tmp_path / "heldout.jsonl")
+    back = load_examples(tmp_path / "heldout.jsonl")
+    assert back == exs and [json.dumps(e.meta, sort_keys=True) for e in back] == \
+        [json.dumps(json.loads(json.dumps(e.meta)), sort_keys=True) for e in exs]
+    plain = load_jsonl(tmp_path / "heldout.jsonl", id_field="id")
+    assert plain[0].meta == {"source": str(tmp_path / "heldout.jsonl")} and plain[0].solution is None
+    (tmp_path / "bad.jsonl").write_text(json.dumps({**json.loads(json.dumps(exs[0].__dict__)), "solution": 3}) + "\n")
+    with pytest.raises(DatasetFormatError, match="bad.jsonl:line 1: field 'solution'"):
+        load_examples(tmp_path / "bad.jsonl")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Parquet and HF save_to_disk
 # ---------------------------------------------------------------------------------------------------------------

@@ -368,6 +368,24 @@ def test_cli_token_spending_strategies(tiny_checkpoint, tmp_path):
                   "--budget-forcing", "16", "--forcing-buffer", "16"])
 
 
+def test_cli_budget_forcing_and_length_selection_read_the_written_check(tiny_checkpoint, tmp_path, monkeypatch):
+    """--check-tokens reaches every self-verifier score: the main pool, the fresh pools of --length-budgets and
+    the weighted vote of --budget-forcing."""
+    from jaxrl_reason.inference import strategies, test_time
+
+    cli = load_cli()
+    seen, pools, forcing = [], test_time.verify_inputs, strategies.verdict_logprobs
+    monkeypatch.setattr(test_time, "verify_inputs", lambda *a, **k: seen.append(k["check_tokens"]) or pools(*a, **k))
+    monkeypatch.setattr(strategies, "verdict_logprobs",
+                        lambda *a, **k: seen.append(("forcing", k.get("check_tokens"))) or forcing(*a, **k))
+    res = cli.main(["--model", str(tiny_checkpoint / "model"), "--data", str(tiny_checkpoint / "data.jsonl"),
+                    "--n", "2", "--max-new-tokens", "6", "--num-subsets", "10", "--no-progress", "--check-tokens",
+                    "3", "--length-budgets", "4,6", "--budget-forcing", "24", "--forcing-buffer", "20",
+                    "--out", str(tmp_path / "eval")])
+    assert seen == [3, 3, ("forcing", 3)]
+    assert res["budget_forcing"]["config"]["check_tokens"] == 3
+
+
 def test_answer_extraction_flag_grades_the_last_number_only_when_asked():
     cli = load_cli()
     ex = arithmetic_examples(1, seed=0)
@@ -377,6 +395,51 @@ def test_answer_extraction_flag_grades_the_last_number_only_when_asked():
     assert list(strict) == [0.0, 1.0] and list(flexible) == [1.0, 1.0]
     with pytest.raises(SystemExit, match="answer-extraction"):
         cli.answer_reward("last_line")
+
+
+def test_grader_follows_what_the_examples_are(tmp_path):
+    """--grader auto: a run's held-out file of a testbed task is graded by that task's checker (the math grader
+    would read its grids as numbers), reasoning-gym by its scorer, plain questions by the math grader; mixed
+    sources, code pools and unknown names are refused."""
+    from jaxrl_reason.data.code_datasets import as_examples, generate_function_tasks
+    from jaxrl_reason.data.latin_square import latin_square_examples
+    from jaxrl_reason.data.procedural import reasoning_gym_examples
+
+    cli = load_cli()
+    write_jsonl(latin_square_examples(3, seed=0), tmp_path / "heldout.jsonl")
+    latin = cli.load_data(str(tmp_path / "heldout.jsonl"))
+    assert cli.example_grader(latin) == "latin_square"
+    reward = cli.example_reward("latin_square")
+    # the first two rows swapped: the givens are broken, but math-verify compares the rows as an unordered set
+    swapped = ["\\boxed{" + ", ".join(e.answer.split(", ")[i] for i in (1, 0, 2, 3)) + "}" for e in latin]
+    assert list(reward([e.solution for e in latin], latin).scores) == [1.0, 1.0, 1.0]
+    assert list(reward(swapped, latin).scores) == [0.0, 0.0, 0.0]
+    assert list(cli.example_reward("math")(swapped, latin).scores) == [1.0, 1.0, 1.0]
+    assert cli.example_grader(arithmetic_examples(2, seed=0)) == "math"
+    assert cli.example_grader(reasoning_gym_examples("basic_arithmetic", 2, seed=0)) == "reasoning_gym"
+    assert cli.example_grader(latin, "math") == "math"
+    with pytest.raises(SystemExit, match="mixes sources"):
+        cli.example_grader(latin + arithmetic_examples(1, seed=0))
+    with pytest.raises(SystemExit, match="code problems"):
+        cli.example_grader(as_examples(generate_function_tasks(1, seed=0)))
+    with pytest.raises(SystemExit, match="--grader must be one of"):
+        cli.example_grader(latin, "sudoku")
+
+
+def test_cli_grades_a_testbed_pool_with_its_checker(tiny_checkpoint, tmp_path):
+    cli = load_cli()
+    from jaxrl_reason.data.latin_square import latin_square_examples, latin_square_reward
+
+    exs = latin_square_examples(2, seed=1)
+    write_jsonl(exs, tmp_path / "heldout.jsonl")
+    out = tmp_path / "eval"
+    res = cli.main(["--model", str(tiny_checkpoint / "model"), "--data", str(tmp_path / "heldout.jsonl"), "--n", "2",
+                    "--max-new-tokens", "4", "--num-subsets", "10", "--no-progress", "--out", str(out)])
+    assert res["config"]["grader"] == "latin_square"
+    for row, e in zip([json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()], exs):
+        graded = latin_square_reward(row["completions"], [e] * 2)
+        assert list(row["correct"]) == list(graded.scores)
+        assert row["answers"] == [d["extracted"] for d in graded.details]
 
 
 def test_cli_debug_bench_repairs_buggy_programs_in_the_sandbox(tiny_checkpoint, tmp_path):

@@ -43,6 +43,9 @@ class Example:
         return hash((self.question, self.answer, self.id, self.solution))
 
 
+_EXAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(Example))
+
+
 class DatasetFormatError(ValueError):
     """A row of a dataset file is malformed; the message names file, row and field."""
 
@@ -160,8 +163,22 @@ def _check_unique_ids(examples: Sequence[Example], source: str) -> None:
         seen[ex.id] = i
 
 
+def _example_dump(record: Any, spec: FieldSpec, *, where: str, source: str) -> Example | None:
+    """The Example a `write_jsonl` row holds (exactly its five fields, a dict meta), read back whole -- id,
+    solution and meta included, so that a run's heldout.jsonl keeps what its reward reads (a testbed task's
+    source, a reasoning-gym entry, code tests) -- or None for any other record or a non-default `spec`."""
+    if (spec != FieldSpec() or not isinstance(record, Mapping) or set(record) != _EXAMPLE_FIELDS
+            or not isinstance(record["meta"], Mapping)):
+        return None
+    if record["solution"] is not None and not isinstance(record["solution"], str):
+        raise DatasetFormatError(f"{where}: field 'solution' must be a string or null.")
+    ex = example_from_record(record, FieldSpec(id_field="id"), where=where, default_id="", source=source)
+    return dataclasses.replace(ex, solution=record["solution"], meta=dict(record["meta"]))
+
+
 def iter_jsonl(path: str | os.PathLike, spec: FieldSpec | None = None, **fields: Any) -> Iterator[Example]:
-    """Streams Examples from a JSON-lines file; blank lines are skipped but still counted in line numbers."""
+    """Streams Examples from a JSON-lines file; blank lines are skipped but still counted in line numbers. Rows
+    written by `write_jsonl` are read back whole when no field spec is given (`_example_dump`)."""
     spec = _spec(spec, fields)
     path = Path(path)
     stem = path.stem
@@ -174,8 +191,9 @@ def iter_jsonl(path: str | os.PathLike, spec: FieldSpec | None = None, **fields:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DatasetFormatError(f"{where}: bad JSON ({e.msg} at column {e.colno}).") from None
-            yield example_from_record(record, spec, where=where, default_id=f"{stem}:{line_no}",
-                                      source=str(path))
+            yield (_example_dump(record, spec, where=where, source=str(path))
+                   or example_from_record(record, spec, where=where, default_id=f"{stem}:{line_no}",
+                                          source=str(path)))
 
 
 def load_jsonl(path: str | os.PathLike, spec: FieldSpec | None = None, **fields: Any) -> list[Example]:
@@ -268,8 +286,8 @@ def load_examples(path: str | os.PathLike, spec: FieldSpec | None = None, *, spl
 
 
 def write_jsonl(examples: Iterable[Example], path: str | os.PathLike) -> None:
-    """Writes Examples as JSON lines (question, answer, id, solution, meta) — readable by `load_jsonl` with
-    `id_field="id"` and `solution_field="solution"` when every example has one."""
+    """Writes Examples as JSON lines (question, answer, id, solution, meta); `load_jsonl` / `load_examples`
+    without a field spec read them back equal, meta included."""
     with open(path, "w", encoding="utf-8") as f:
         for ex in examples:
             f.write(json.dumps(dataclasses.asdict(ex), ensure_ascii=False) + "\n")

@@ -152,8 +152,10 @@ def length_selection(pools: Sequence[dict], tau: float, *, verifier: str = "self
 def forced_budgets(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, *, budgets: Sequence[int],
                    buffer: int, n: int, marker: str = CONCLUSION_MARKER, temperature: float = 1.0,
                    top_p: float = 1.0, top_k: int = 0, seed: int = 0, batch_size: int = 8,
-                   score_batch_size: int = 32, normalize: bool = False, grader=None, state=None) -> dict:
-    """Budget forcing at each total budget k in `budgets` (buffer b each), N samples per question.
+                   score_batch_size: int = 32, normalize: bool = False, grader=None, state=None,
+                   check_tokens: int = 0) -> dict:
+    """Budget forcing at each total budget k in `budgets` (buffer b each), N samples per question; the weighted
+    vote's self-verifier reads its verdict after a written check of at most `check_tokens` tokens when > 0.
 
     Rows: "budget", "acc" (per-sample accuracy), "majority" (maj@N), "weighted" (weighted@N, self-verifier
     scores), "tokens" (per question: N x mean response tokens, forced prefix and conclusion included), "forced"
@@ -180,7 +182,7 @@ def forced_budgets(model, tokenizer, examples: Sequence[Any], reward_fn: Callabl
         classes = np.array([equivalence_classes(answers[i * n:(i + 1) * n], grader=grader) for i in range(q)],
                            np.int64).reshape(q, n)
         lp = verdict_logprobs(model, tokenizer, [e.question for e in repeated], texts, batch_size=score_batch_size,
-                              state=state)
+                              state=state, check_tokens=check_tokens)
         scores = scores_from_logprobs(lp, normalize=normalize).reshape(q, n)
         rows.append({
             "budget": k, "acc": float(correct.mean()),
@@ -188,4 +190,5 @@ def forced_budgets(model, tokenizer, examples: Sequence[Any], reward_fn: Callabl
             "weighted": float(np.mean([est.weighted_at_k(classes[i], scores[i], correct[i], n).mean
                                        for i in range(q)])),
             "tokens": float(n * lengths.mean()), "forced": float(forced.mean())})
-    return {"rows": rows, "config": {"buffer": buffer, "marker": marker, "n": n, "temperature": temperature}}
+    return {"rows": rows, "config": {"buffer": buffer, "marker": marker, "n": n, "temperature": temperature,
+                                     "check_tokens": check_tokens}}
