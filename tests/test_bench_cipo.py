@@ -13,7 +13,19 @@ import bench_cipo  # noqa: E402
 
 
 def arm(pass1, fix, brk):
-    return {"pass1": pass1, "correction": {"correct/round1/fix_rate": fix, "correct/round1/break_rate": brk}}
+    return {"pass1": pass1, "correction": {"correct/round1/fix_rate": fix, "correct/round1/break_rate": brk},
+            "resample": {"fix": 0.3, "break": 0.2}}
+
+
+def test_resample_reference_by_hand():
+    """Two wrong attempts whose questions a fresh sample gets right 3 / 4 and 1 / 4 of the time, one right attempt
+    whose question it gets wrong 1 / 4 of the time."""
+    samples = [[1, 1, 1, 0], [0, 0, 1, 0], [1, 1, 0, 1]]
+    r = bench_cipo.resample_reference([False, False, True], samples)
+    assert r["fix"] == pytest.approx(0.5) and r["break"] == pytest.approx(0.25)
+    assert math.isnan(bench_cipo.resample_reference([True] * 3, samples)["fix"])
+    with pytest.raises(ValueError, match="2 attempts for 3 questions"):
+        bench_cipo.resample_reference([True, False], samples)
 
 
 def test_checks_compare_cipo_with_grpo():
@@ -51,7 +63,8 @@ def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
         c = ev[a]["correction"]
         assert 0.0 <= ev[a]["pass1"] <= 1.0 and 0.0 <= c["correct/round1/accuracy"] <= 1.0
         assert c["correct/round1/tokens_per_example"] > 0
+        assert set(ev[a]["resample"]) == {"fix", "break"}
     root = tmp_path / "bench"
-    assert (root / "summary.md").read_text().count("| 0 |") == 2 and (root / "rho.png").stat().st_size > 0
+    assert (root / "summary.md").read_text().count("| 0 |") == 2 and "resample" in (root / "summary.md").read_text() and (root / "rho.png").stat().st_size > 0
     rhos = [json.loads(line) for line in (root / "seed0" / "cipo" / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert sum("cipo/rho" in r for r in rhos) == 2

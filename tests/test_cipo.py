@@ -363,3 +363,7 @@ def test_evaluate_correction_runs_a_model_end_to_end(tokenizer, model):
     assert {"correct/round0/accuracy", "correct/round2/fix_rate", "correct/round2/tokens_per_example"} <= set(s)
     assert 0 < s["correct/round0/tokens_per_example"] <= 6
     assert 0 < s["correct/round1/tokens_per_example"] <= s["correct/round2/tokens_per_example"] <= 12
+    # per example and round: the summary's accuracies are its column means
+    assert np.shape(s["correct"]) == (3, 3)
+    for t in range(3):
+        assert np.mean(s["correct"][t]) == pytest.approx(s[f"correct/round{t}/accuracy"])

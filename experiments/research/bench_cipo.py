@@ -17,6 +17,9 @@ The issue's checks, per seed and as the median over seeds:
   1. CIPO fixes a larger share of its own wrong attempts than GRPO (round 1)
   2. CIPO breaks no larger share of its right attempts than GRPO (round 1)
   3. CIPO pass@1 >= GRPO pass@1 - 2 points
+Beside them, per arm, the resample reference (`resample_reference`): the share of the wrong greedy attempts that a
+fresh sample at the training temperature gets right, and of the right ones it gets wrong -- what a "correction"
+that ignored the attempt would score; a fix rate below it means the correction is anchored on the wrong attempt.
 Writes summary.json, summary.md and rho.png to the workdir; a finished run or evaluation is reused.
 """
 from __future__ import annotations
@@ -43,23 +46,39 @@ from jaxrl_reason.configs import load_config_file  # noqa: E402
 ARMS = ("grpo", "cipo")
 
 
+def resample_reference(attempt_correct, sample_correct) -> dict:
+    """What ignoring the attempt would give: a fresh sample at the training temperature in place of a correction.
+    attempt_correct [Q] (the greedy attempt), sample_correct [Q, N] (N samples of the same question). Returns
+    "fix": mean over questions with a wrong attempt of their sample accuracy, "break": mean over questions with a
+    right attempt of their sample error rate (nan when there is no such question). A correction that fixes less
+    than "fix" is anchored on the wrong attempt; one that breaks more than "break" does worse than re-solving."""
+    a = np.asarray(attempt_correct, bool)
+    acc = np.asarray(sample_correct, np.float64).mean(axis=1)
+    if acc.shape != a.shape:
+        raise ValueError(f"resample_reference: {a.shape[0]} attempts for {acc.shape[0]} questions of samples")
+    mean = lambda x: float(x.mean()) if x.size else float("nan")  # noqa: E731
+    return {"fix": mean(acc[~a]), "break": mean(1.0 - acc[a])}
+
+
 def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, answer_instruction: str, progress: bool) -> dict:
-    """pass@1 from N samples per question, and `rounds` rounds of correcting the model's own greedy attempt."""
+    """pass@1 from N samples per question, `rounds` rounds of correcting the model's own greedy attempt, and the
+    resample reference of those attempts (`resample_reference`, from the same N samples)."""
     from jaxrl_reason.inference.correction import evaluate_correction
     from jaxrl_reason.inference.test_time import evaluate
 
-    key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps}
+    key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps, "resample": True}
     cached = cached_eval(cfg, key)
     if cached is not None:
         return cached
     model, tok, examples, task = load_arm(cfg, questions)
     pool = evaluate(model, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
-                    seed=cfg.seed, reward_fn=task.reward_fn, progress=progress, keep_samples=False)
+                    seed=cfg.seed, reward_fn=task.reward_fn, progress=progress)
     correction = evaluate_correction(model, tok, examples, rounds=rounds, reward_fn=task.reward_fn,
                                      prompt_fn=task.prompt_fn, answer_instruction=answer_instruction,
                                      max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed)
+    resample = resample_reference(correction["correct"][0], [r["correct"] for r in pool["samples"]])
     return save_eval(cfg, {"key": key, "pass1": pool["sample_accuracy"], "correction": correction,
-                           "train_tokens": token_curve(cfg.workdir)["total_tokens"]})
+                           "resample": resample, "train_tokens": token_curve(cfg.workdir)["total_tokens"]})
 
 
 def checks(grpo: dict, cipo: dict) -> dict:
@@ -69,7 +88,9 @@ def checks(grpo: dict, cipo: dict) -> dict:
     return {"cipo_fix": nan0(c[fix]), "grpo_fix": nan0(g[fix]), "fixes_more": nan0(c[fix]) > nan0(g[fix]),
             "cipo_break": nan0(c[brk]), "grpo_break": nan0(g[brk]), "breaks_no_more": nan0(c[brk]) <= nan0(g[brk]),
             "cipo_pass1": cipo["pass1"], "grpo_pass1": grpo["pass1"],
-            "pass1_within_2": cipo["pass1"] >= grpo["pass1"] - 0.02}
+            "pass1_within_2": cipo["pass1"] >= grpo["pass1"] - 0.02,
+            # not one of the issue's checks: a fresh sample's chance on the same wrong attempts (anchoring)
+            "cipo_resample_fix": nan0(cipo["resample"]["fix"]), "grpo_resample_fix": nan0(grpo["resample"]["fix"])}
 
 
 def rho_plot(run_dirs: dict, path: str) -> None:
@@ -120,16 +141,18 @@ def main(argv=None):
 
     lines = ["| seed | arm | pass@1 | greedy attempt acc | "
              + " | ".join(f"round {t}: acc / fixed / broken / tokens" for t in range(1, args.rounds + 1))
-             + " | train tokens (M) |",
-             "|---|---|---|---|" + "---|" * args.rounds + "---|"]
+             + " | resample: fixed / broken | train tokens (M) |",
+             "|---|---|---|---|" + "---|" * args.rounds + "---|---|"]
     for seed, res in per_seed.items():
         for arm in ARMS:
             e, c = res["evals"][arm], res["evals"][arm]["correction"]
             lines.append(f"| {seed} | {arm} | {e['pass1']:.3f} | {c['correct/round0/accuracy']:.3f} | " + " | ".join(
                 f"{c[f'correct/round{t}/accuracy']:.3f} / {c[f'correct/round{t}/fix_rate']:.3f} / "
                 f"{c[f'correct/round{t}/break_rate']:.3f} / {c[f'correct/round{t}/tokens_per_example']:.0f}"
-                for t in range(1, args.rounds + 1)) + f" | {e['train_tokens'] / 1e6:.2f} |")
-    keys = ("cipo_fix", "grpo_fix", "cipo_break", "grpo_break", "cipo_pass1", "grpo_pass1")
+                for t in range(1, args.rounds + 1))
+                + f" | {e['resample']['fix']:.3f} / {e['resample']['break']:.3f} | {e['train_tokens'] / 1e6:.2f} |")
+    keys = ("cipo_fix", "grpo_fix", "cipo_break", "grpo_break", "cipo_pass1", "grpo_pass1", "cipo_resample_fix",
+            "grpo_resample_fix")
     med = {k: float(np.median([r["checks"][k] for r in per_seed.values()])) for k in keys}
     lines += ["", "Medians over seeds: " + ", ".join(f"{k} {v:.3f}" for k, v in med.items()), "",
               f"1. CIPO fixes more of its wrong attempts than GRPO: {med['cipo_fix'] > med['grpo_fix']}",

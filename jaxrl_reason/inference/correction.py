@@ -123,7 +123,8 @@ def evaluate_correction(model, tokenizer, examples: Sequence, *, rounds: int = 1
                         max_new_tokens: int = 1024, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                         seed: int = 0, batch_size: int = 8, params=None) -> dict:
     """The model's own attempts (one per example from `prompt_fn(question)`), then `rounds` correction rounds;
-    the `CorrectionResult.summary()` dict plus the solve tokens per example (`correct/round0/tokens_per_example`).
+    the `CorrectionResult.summary()` dict plus the solve tokens per example (`correct/round0/tokens_per_example`)
+    and "correct" ([R + 1][N] 0/1: each example's standing attempt after each round, for per-question analysis).
     For an evaluation script: `results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=R)`."""
     generate = make_generate(model, tokenizer, params=params, temperature=temperature, top_p=top_p, top_k=top_k,
                              seed=seed, batch_size=batch_size)
@@ -135,6 +136,7 @@ def evaluate_correction(model, tokenizer, examples: Sequence, *, rounds: int = 1
     out = res.summary()
     out["correct/round0/tokens_per_example"] = float(np.mean([len(x) for x in ids])) if len(ids) else 0.0
     out["rows"] = res.rows(round0_tokens=out["correct/round0/tokens_per_example"])
+    out["correct"] = res.correct.astype(int).tolist()
     return out
 
 
