@@ -68,3 +68,14 @@ def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
     assert (root / "summary.md").read_text().count("| 0 |") == 2 and "resample" in (root / "summary.md").read_text() and (root / "rho.png").stat().st_size > 0
     rhos = [json.loads(line) for line in (root / "seed0" / "cipo" / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert sum("cipo/rho" in r for r in rhos) == 2
+
+
+def test_own_vs_injected_distance_and_summary():
+    sys.path.insert(0, RESEARCH)
+    import own_vs_injected as ovi
+
+    assert ovi.positions_off(list("ABCD"), list("ABDC")) == 2
+    assert ovi.positions_off(list("ABCD"), list("AB")) == 2  # two positions missing
+    assert ovi.positions_off(list("ABCD"), None) == -1 and ovi.positions_off(list("ABCD"), []) == -1
+    assert ovi.describe([1, 2, 2, 3, -1]) == "median 2 (1.75-2.25), range 1-3"
+    assert ovi.describe([-1]) == "none"

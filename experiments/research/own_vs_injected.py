@@ -1,0 +1,96 @@
+"""Are the injected wrong solutions like the policy's own? The warm-up's verify, critique and correction rows are
+built from injected errors (`data.testbed.injected_wrong`: the policy's error *kinds*, measured, one or two cells
+changed); RL and test time see the policy's own wrong answers. This compares the two on a finished testbed run:
+
+    python experiments/research/own_vs_injected.py --run runs/bench_cipo/seed0/cipo [--model final] \
+        [--questions 256] [--max-new-tokens 32]
+
+On the run's first `--questions` held-out questions: the model's greedy attempts, and for the same questions one
+injected wrong answer each. For the wrong ones of each source: the error kinds, how many answer positions differ
+from the gold answer (cells of a grid, nodes of a path), and what one greedy correction round
+(`inference.correction.self_correct`, the CIPO replay prompt) makes of them -- the share fixed and the share
+returned unchanged. Prints a markdown table (docs/results/cipo_testbed.md quotes it).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import numpy as np  # noqa: E402
+
+
+def positions_off(gold, answer) -> int:
+    """How many positions of `answer` differ from `gold` (a missing or extra position counts once); -1 when there
+    is no answer to compare."""
+    if not answer:
+        return -1
+    return sum(a != b for a, b in zip(gold, answer)) + abs(len(gold) - len(answer))
+
+
+def describe(distances) -> str:
+    """'median m (q25-q75), range lo-hi' of the non-negative distances ('none' when there are none)."""
+    d = np.asarray([x for x in distances if x >= 0])
+    if not d.size:
+        return "none"
+    q1, m, q3 = np.percentile(d, [25, 50, 75])
+    return f"median {m:g} ({q1:g}-{q3:g}), range {d.min()}-{d.max()}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", required=True, help="a testbed run's workdir (its heldout.jsonl and a model dir)")
+    p.add_argument("--model", default="final", help="model directory inside --run (final, sft_model)")
+    p.add_argument("--questions", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0, help="draws the injected errors")
+    args = p.parse_args(argv)
+
+    from jaxrl_reason.data.datasets import load_examples
+    from jaxrl_reason.data.prompts import solve_prompt
+    from jaxrl_reason.data.testbed import injected_wrong, reward, task_of
+    from jaxrl_reason.inference.correction import self_correct
+    from jaxrl_reason.inference.refine import make_generate
+    from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.tokenization import Tokenizer
+
+    examples = load_examples(os.path.join(args.run, "heldout.jsonl"))[:args.questions]
+    sources = {(e.meta or {}).get("source") for e in examples}
+    if len(sources) != 1:
+        raise SystemExit(f"{args.run}/heldout.jsonl: expected one testbed source, found {sorted(map(str, sources))}")
+    task = task_of(sources.pop())
+    model_dir = os.path.join(args.run, args.model)
+    tok_dir = model_dir if os.path.exists(os.path.join(model_dir, "tokenizer.json")) else os.path.join(args.run,
+                                                                                                       "tokenizer")
+    model, tok = load_pretrained(model_dir), Tokenizer.from_pretrained(tok_dir)
+    generate = make_generate(model, tok, temperature=0.0, seed=args.seed, batch_size=32)
+    grade = lambda texts, exs: reward(task, texts, exs)  # noqa: E731
+
+    ids = generate(tok.encode_ragged([tok.render_prompt(solve_prompt(e.question)) for e in examples]),
+                   max_new_tokens=args.max_new_tokens)
+    own = [tok.decode(list(x), skip_special_tokens=True) for x in ids]
+    rng = np.random.default_rng(args.seed)
+    injected = [task.solution_text(injected_wrong(task, e, rng)[0]) for e in examples]
+
+    rows = []
+    for name, attempts in (("own greedy attempts", own), ("injected (warm-up rows)", injected)):
+        res = self_correct(generate, tok, examples, attempts, grade, rounds=1, max_new_tokens=args.max_new_tokens)
+        wrong = ~res.correct[0]
+        kinds = collections.Counter(task.error_kind(e.question, task.parse(a))
+                                    for e, a, w in zip(examples, attempts, wrong) if w)
+        off = [positions_off(task.gold(e), task.parse(a)) for e, a, w in zip(examples, attempts, wrong) if w]
+        same = np.array([a.strip() == b.strip() for a, b in zip(attempts, res.texts)])
+        rows.append(f"| {name} | {int(wrong.sum())} / {len(examples)} | "
+                    + " · ".join(f"{k} {v}" for k, v in kinds.most_common()) + f" | {describe(off)} | "
+                    + f"{res.correct[1][wrong].mean():.3f} | {same[wrong].mean():.3f} |")
+    print(f"{args.run}/{args.model}, {len(examples)} held-out questions, greedy\n")
+    print("| wrong answers | wrong | error kinds | positions off the gold answer | fixed by one correction | "
+          "returned unchanged |\n|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
