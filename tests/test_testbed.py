@@ -487,3 +487,59 @@ def test_rlv_verify_rows_train_the_whole_worked_check_through_the_trainer(tmp_pa
     with pytest.raises(ValueError, match="disagree"):
         tr.run()
     tr.close()
+
+
+def test_spread_injector_writes_wrong_grids_shaped_like_the_policys_own():
+    """inject_extent="spread": always wrong, its kind the first violated constraint, off the gold grid in several
+    blanks (the measured median was 5 of 10) with a given rewritten in about 40% -- where the minimal injector is
+    off in one or two positions."""
+    from jaxrl_reason.data import testbed
+
+    rng = np.random.default_rng(0)
+    exs = ls.latin_square_examples(300, seed=5, config=ls.LatinConfig(blanks=10))
+    off, givens, minimal = [], [], []
+    for e in exs:
+        wrong, kind = testbed.injected_wrong(ls.TASK, e, rng, "spread")
+        assert kind == ls.error_kind(e.question, wrong) is not None
+        assert not ls.check(e.question, ls.solution_text(wrong))
+        gold, puzzle = e.meta["square"], e.meta["puzzle"]
+        off.append(sum(p == ls.BLANK and g != w for p, g, w in zip(puzzle, gold, wrong)))
+        givens.append(any(p != ls.BLANK and p != w for p, w in zip(puzzle, wrong)))
+        m, _ = testbed.injected_wrong(ls.TASK, e, rng)
+        minimal.append(sum(g != w for g, w in zip(gold, m)))
+    assert 4 <= np.median(off) <= 6 and max(off) >= 8
+    assert 0.3 <= np.mean(givens) <= 0.5
+    assert max(minimal) <= 2
+    with pytest.raises(ValueError, match="no spread injector"):
+        testbed.injected_wrong(gp.TASK, gp.graph_path_examples(1, seed=0)[0], rng, "spread")
+    with pytest.raises(ValueError, match="unknown"):
+        testbed.injected_wrong(ls.TASK, exs[0], rng, "wide")
+
+
+def test_inject_extent_knob_reaches_the_warmup_rows_and_is_checked(tmp_path):
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import sft_examples
+
+    c = _tiny_cfg(tmp_path, aux_correct_share=0.5)
+    c.data.source, c.data.latin_blanks = "latin_square", 10
+    spread = {}
+    for extent in ("minimal", "spread"):
+        c.data.inject_extent = extent
+        rc = read_run_config(c)
+        task = build_data(rc.data, rc.seed)
+        rows = [r for r in sft_examples(rc, task)[0] if r.meta.get("format") == "correct"]
+        assert len(rows) == 20
+        # the attempt is the first box of the prompt (its instruction ends in an empty one)
+        attempts = [ls.parse_answer(r.question.split("attempt at this problem:")[1].split("Review")[0]) for r in rows]
+        spread[extent] = np.median([sum(g != a for g, a in zip(ls.parse_answer(r.solution), att))
+                                    for r, att in zip(rows, attempts)])
+        assert all(ls.error_kind(r.meta["question"], a) is not None for r, a in zip(rows, attempts))
+    assert spread["minimal"] <= 2 < 4 <= spread["spread"]
+    c.data.inject_extent = "wide"
+    with pytest.raises(ValueError, match="data.inject_extent='wide' is unknown"):
+        start(c)
+    c.data.source, c.data.inject_extent = "graph_path", "spread"
+    with pytest.raises(ValueError, match="has no spread injector"):
+        start(c)

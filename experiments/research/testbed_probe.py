@@ -60,9 +60,9 @@ def measure(model, tokenizer, heldout, rc, args, reward_fn):
                     reward_fn=reward_fn, keep_samples=True, check_tokens=check_tokens)
 
 
-def worked_check_pairs(source: str, examples, seed: int) -> list:
+def worked_check_pairs(source: str, examples, seed: int, extent: str = "minimal") -> list:
     """Per example two verify rows whose target is the worked check and the verdict: its worked solution and a
-    wrong one drawn in the policy's measured error mix (`data.testbed.injected_wrong`)."""
+    wrong one drawn in the policy's measured error mix (`data.testbed.injected_wrong` with `extent`)."""
     import numpy as np
 
     from jaxrl_reason.data import testbed
@@ -71,7 +71,8 @@ def worked_check_pairs(source: str, examples, seed: int) -> list:
 
     task, rng, rows = testbed.task_of(source), np.random.default_rng(seed), []
     for e in examples:
-        for tag, sol in (("right", e.solution), ("wrong", task.solution_text(testbed.injected_wrong(task, e, rng)[0]))):
+        wrong = task.solution_text(testbed.injected_wrong(task, e, rng, extent)[0])
+        for tag, sol in (("right", e.solution), ("wrong", wrong)):
             rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/check_{tag}",
                                 testbed.verify_target(task, e.question, sol, "worked_check"),
                                 {"format": "verify", "question": e.question, "solution": sol}))
@@ -119,7 +120,7 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
 
     qs = task.train[:args.verify_questions]
     n_held = min(100, max(1, len(qs) // 10))
-    held = worked_check_pairs(rc.data.source, qs[:n_held], rc.seed + 1)
+    held = worked_check_pairs(rc.data.source, qs[:n_held], rc.seed + 1, rc.data.inject_extent)
     labels = np.array([r.solution.endswith(VERIFY_YES) for r in held])
 
     def held_report() -> dict:
@@ -136,7 +137,7 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
                 "example_check": written[1]}
 
     before = held_report()
-    pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed)
+    pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed, rc.data.inject_extent)
     turns = frozenset(r.question for r in pairs)
     solve = list(task.train[:max(1, int(len(pairs) * args.check_solve_share))])
     prompt_fn = lambda q: q if q in turns else task.prompt_fn(q)  # noqa: E731
@@ -230,10 +231,11 @@ def main():
     json.dump(out, open(os.path.join(workdir, "probe.json"), "w"), indent=2)
     contrast_fn = None
     if args.contrast:
-        import importlib
+        from jaxrl_reason.data import testbed
 
-        mod = importlib.import_module(f"jaxrl_reason.data.{rc.data.source}")
-        contrast_fn = lambda e, rng: mod.solution_text(mod._wrong(e, rng)[0])  # noqa: E731
+        tb = testbed.task_of(rc.data.source)
+        contrast_fn = lambda e, rng: tb.solution_text(  # noqa: E731
+            testbed.injected_wrong(tb, e, rng, rc.data.inject_extent)[0])
     t = time.time()
     if args.verify_format == "worked_check":
         out["verify_warmup"] = {"seconds": None, **train_worked_check(model, tokenizer, task, rc, args)}

@@ -175,6 +175,50 @@ def inject_error(e: Example, kind: str, rng: np.random.Generator) -> list[str]:
     raise ValueError(f"error kind {kind!r} is unknown; use {' | '.join(INJECTABLE_KINDS)}")
 
 
+# The shape of the policy's own wrong grids, measured on 154 wrong greedy answers of a warmed-up 4 x 128 policy
+# (`experiments/research/own_vs_injected.py`, docs/results/cipo_testbed.md): rows mostly stay permutations of A-D
+# written in the wrong order (the columns then repeat), 5 of the 10 blanks wrong at the median, a given rewritten
+# in 40%, a row repeat in 45%.
+SPREAD_ROWS = {1: 0.25, 2: 0.40, 3: 0.25, 4: 0.10}  # rows whose blank cells are re-ordered
+SPREAD_GIVENS = {0: 0.60, 1: 0.33, 2: 0.07}  # givens swapped with another cell of their row
+SPREAD_ROW_REPEAT = 0.45  # the chance that one blank is re-filled with a symbol its row already holds
+
+
+def _draw(rng: np.random.Generator, weights: dict) -> int:
+    keys = list(weights)
+    return keys[int(rng.choice(len(keys), p=np.asarray([weights[k] for k in keys]) / sum(weights.values())))]
+
+
+def inject_spread(e: Example, rng: np.random.Generator) -> list[str]:
+    """A wrong grid shaped like the policy's own (the SPREAD_* weights): the blanks of a few rows written in
+    another order, sometimes a given swapped with another cell of its row, sometimes a row repeat. Never right:
+    the completion is unique, and the grid always differs from it."""
+    sq, puzzle = list(e.meta["square"]), e.meta["puzzle"]
+    gold = list(sq)
+    row_blanks = [[i for i in range(r * N, (r + 1) * N) if puzzle[i] == BLANK] for r in range(N)]
+    rows = [r for r in range(N) if len(row_blanks[r]) >= 2]
+    for r in rng.permutation(rows)[:_draw(rng, SPREAD_ROWS)]:
+        cells = row_blanks[r]
+        order = rng.permutation(len(cells))
+        while (order == np.arange(len(cells))).all():
+            order = rng.permutation(len(cells))
+        vals = [sq[i] for i in cells]
+        for i, j in zip(cells, order):
+            sq[i] = vals[j]
+    givens = [i for i, p in enumerate(puzzle) if p != BLANK]
+    for i in rng.permutation(givens)[:_draw(rng, SPREAD_GIVENS)]:
+        r = i // N
+        others = row_blanks[i // N] or [j for j in range(r * N, (r + 1) * N) if j != i]
+        j = others[int(rng.integers(len(others)))]
+        sq[i], sq[j] = sq[j], sq[i]
+    if rng.random() < SPREAD_ROW_REPEAT or sq == gold:
+        blanks = [i for r in range(N) for i in row_blanks[r]]
+        i = blanks[int(rng.integers(len(blanks)))]
+        r = i // N
+        sq[i] = sq[r * N + [j for j in range(N) if r * N + j != i][int(rng.integers(N - 1))]]
+    return sq
+
+
 def can_inject(e: Example, kind: str) -> bool:
     blanks = [i for i, p in enumerate(e.meta["puzzle"]) if p == BLANK]
     if kind == "col_repeat":
@@ -260,7 +304,7 @@ INJECT_WEIGHTS = {"col_repeat": 0.55, "given_changed": 0.30, "row_repeat": 0.15}
 TASK = testbed.TestbedTask(
     source="latin_square", gold=lambda e: list(e.meta["square"]), solution_text=solution_text, parse=parse_answer,
     error_kind=error_kind, answer_text=grid_text, inject_error=inject_error, inject_weights=INJECT_WEIGHTS,
-    critique_text=critique_text, can_inject=can_inject, check_text=check_text)
+    critique_text=critique_text, can_inject=can_inject, check_text=check_text, inject_spread=inject_spread)
 
 # The shared pieces (data/testbed.py) under this task's names.
 text_error_kind, check, verify_target, _wrong, auxiliary_rows, latin_square_reward = testbed.bound(TASK)

@@ -31,6 +31,8 @@ class TestbedTask(NamedTuple):
     can_inject: Callable[[Example, str], bool] = lambda e, kind: True  # a kind this instance admits
     # (question, answer or None) -> the worked check written before the verdict (verify_format="worked_check")
     check_text: Optional[Callable[[str, Any], str]] = None
+    # a wrong answer spread like the policy's own (several positions off, inject_extent="spread"), or None
+    inject_spread: Optional[Callable[[Example, np.random.Generator], Any]] = None
 
 
 TestbedTask.__test__ = False  # pytest: not a test class
@@ -86,8 +88,25 @@ def verify_target(task: TestbedTask, question: str, text: str, verify_format: st
     return f"{task.check_text(question, task.parse(text))}\n{verdict}"
 
 
-def injected_wrong(task: TestbedTask, e: Example, rng: np.random.Generator) -> tuple[Any, str]:
-    """(a wrong answer, its kind), the kind drawn from `inject_weights` over the kinds this instance admits."""
+INJECT_EXTENTS = ("minimal", "spread")
+
+
+def injected_wrong(task: TestbedTask, e: Example, rng: np.random.Generator,
+                   extent: str = "minimal") -> tuple[Any, str]:
+    """(a wrong answer, its kind). extent "minimal": the kind drawn from `inject_weights` over the kinds this
+    instance admits, and the smallest error of that kind (one or two positions); "spread": the task's
+    `inject_spread`, an answer off in as many positions as the policy's own wrong answers, its kind the first
+    constraint it violates."""
+    if extent == "spread":
+        if task.inject_spread is None:
+            raise ValueError(f"{task.source}: no spread injector; use inject_extent='minimal'")
+        wrong = task.inject_spread(e, rng)
+        kind = task.error_kind(e.question, wrong)
+        if kind is None:
+            raise AssertionError(f"{task.source}: inject_spread returned a right answer for {e.id!r}")
+        return wrong, kind
+    if extent != "minimal":
+        raise ValueError(f"inject extent {extent!r} is unknown; use {' | '.join(INJECT_EXTENTS)}")
     kinds = [k for k in task.inject_weights if task.can_inject(e, k)]
     if not kinds:
         raise ValueError(f"{task.source}: example {e.id!r} admits none of the error kinds {list(task.inject_weights)}")
@@ -104,12 +123,12 @@ def bound(task: TestbedTask) -> tuple:
 
 
 def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,
-                   seed: int, verify_format: str = "verdict") -> list[Example]:
+                   seed: int, verify_format: str = "verdict", inject_extent: str = "minimal") -> list[Example]:
     """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
     whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
     `critique` CURE critiques (half of wrong solutions, half of right ones) and `correct` CIPO corrections (a
     wrong attempt -> the worked solution). Examples are cycled when a count exceeds them. `verify_format` as in
-    `verify_target`."""
+    `verify_target`; the wrong solutions are `injected_wrong(..., extent=inject_extent)`."""
     if min(verify, critique, correct) < 0:
         raise ValueError("auxiliary_rows: counts must be >= 0")
     if not examples and verify + critique + correct:
@@ -120,17 +139,17 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     rows = []
     for i in range(verify):
         e = pick(i)
-        sol = task.solution_text(task.gold(e) if i % 2 == 0 else injected_wrong(task, e, rng)[0])
+        sol = task.solution_text(task.gold(e) if i % 2 == 0 else injected_wrong(task, e, rng, inject_extent)[0])
         rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/verify{i}",
                             verify_target(task, e.question, sol, verify_format), meta("verify")))
     for i in range(critique):
         e = pick(verify + i)
-        a, kind = (task.gold(e), None) if i % 2 == 0 else injected_wrong(task, e, rng)
+        a, kind = (task.gold(e), None) if i % 2 == 0 else injected_wrong(task, e, rng, inject_extent)
         rows.append(Example(critique_prompt(e.question, task.solution_text(a)), "", f"{e.id}/critique{i}",
                             task.critique_text(e.question, a, kind), meta("critique")))
     for i in range(correct):
         e = pick(verify + critique + i)
-        a, _ = injected_wrong(task, e, rng)
+        a, _ = injected_wrong(task, e, rng, inject_extent)
         rows.append(Example(correction_prompt(e.question, task.solution_text(a)), e.answer, f"{e.id}/correct{i}",
                             e.solution, meta("correct", question=e.question)))
     return rows

@@ -73,6 +73,9 @@ class DataSection:
     # §2) | worked_check (the task's check lines, then the verdict; testbed tasks with a check, docs/methods/testbed.md)
     verify_format: str = "verdict"
     check_tokens: int = 192  # worked_check: the most tokens the verifier writes before its verdict is read
+    # testbed warm-up rows' wrong solutions: minimal (one error of a measured kind, 1-2 positions) | spread (off in
+    # as many positions as the policy's own wrong answers; latin_square), docs/methods/testbed.md
+    inject_extent: str = "minimal"
 
 
 @dataclasses.dataclass(frozen=True)

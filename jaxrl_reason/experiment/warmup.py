@@ -8,7 +8,7 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.data.testbed import VERIFY_FORMATS, auxiliary_rows, task_of
+from jaxrl_reason.data.testbed import INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows, task_of
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
 from jaxrl_reason.experiment.model import build_model, load_hf, save_hf
 
@@ -70,6 +70,12 @@ def check_aux_formats(rc: RunConfig) -> None:
         if not any(shares.values()):
             raise ValueError("config tokenizer.aux_corpus=True needs auxiliary rows to train on: set an "
                              "sft.aux_*_share > 0, or aux_corpus=False")
+    extent = rc.data.inject_extent
+    if extent not in INJECT_EXTENTS:
+        raise ValueError(f"config data.inject_extent={extent!r} is unknown; use {' | '.join(INJECT_EXTENTS)}")
+    if extent != "minimal" and any(shares.values()) and task_of(rc.data.source).inject_spread is None:
+        raise ValueError(f"config data.inject_extent={extent!r}: data.source={rc.data.source!r} has no spread "
+                         "injector (latin_square has); set data.inject_extent='minimal'")
     fmt = rc.data.verify_format
     if fmt not in VERIFY_FORMATS:
         raise ValueError(f"config data.verify_format={fmt!r} is unknown; use {' | '.join(VERIFY_FORMATS)}")
@@ -98,7 +104,7 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
     if not any(counts.values()):
         return base, task.prompt_fn
     aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
-                         **counts)
+                         inject_extent=rc.data.inject_extent, **counts)
     turns = frozenset(e.question for e in aux)
 
     def prompt_fn(question: str) -> str:
