@@ -1,12 +1,13 @@
 """Are the injected wrong solutions like the policy's own? The warm-up's verify, critique and correction rows are
-built from injected errors (`data.testbed.injected_wrong`: the policy's error *kinds*, measured, one or two cells
-changed); RL and test time see the policy's own wrong answers. This compares the two on a finished testbed run:
+built from injected errors (`data.testbed.injected_wrong`: the policy's error *kinds*, measured; one or two cells
+changed under `data.inject_extent=minimal`); RL and test time see the policy's own wrong answers. This compares
+them on a finished testbed run:
 
     python experiments/research/own_vs_injected.py --run runs/bench_cipo/seed0/cipo [--model final] \
         [--questions 256] [--max-new-tokens 32]
 
 On the run's first `--questions` held-out questions: the model's greedy attempts, and for the same questions one
-injected wrong answer each. For the wrong ones of each source: the error kinds, how many answer positions differ
+injected wrong answer each, of each `data.inject_extent` the task has (minimal; spread). For the wrong ones of each source: the error kinds, how many answer positions differ
 from the gold answer (cells of a grid, nodes of a path), and what one greedy correction round
 (`inference.correction.self_correct`, the CIPO replay prompt) makes of them -- the share fixed and the share
 returned unchanged. Prints a markdown table (docs/results/cipo_testbed.md quotes it).
@@ -72,11 +73,14 @@ def main(argv=None):
     ids = generate(tok.encode_ragged([tok.render_prompt(solve_prompt(e.question)) for e in examples]),
                    max_new_tokens=args.max_new_tokens)
     own = [tok.decode(list(x), skip_special_tokens=True) for x in ids]
-    rng = np.random.default_rng(args.seed)
-    injected = [task.solution_text(injected_wrong(task, e, rng)[0]) for e in examples]
+    sources = [("own greedy attempts", own)]
+    for extent in ("minimal", "spread") if task.inject_spread else ("minimal",):
+        rng = np.random.default_rng(args.seed)
+        sources.append((f"injected, inject_extent={extent}",
+                        [task.solution_text(injected_wrong(task, e, rng, extent)[0]) for e in examples]))
 
     rows = []
-    for name, attempts in (("own greedy attempts", own), ("injected (warm-up rows)", injected)):
+    for name, attempts in sources:
         res = self_correct(generate, tok, examples, attempts, grade, rounds=1, max_new_tokens=args.max_new_tokens)
         wrong = ~res.correct[0]
         kinds = collections.Counter(task.error_kind(e.question, task.parse(a))
