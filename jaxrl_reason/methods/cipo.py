@@ -246,6 +246,8 @@ class CIPO(GRPO):
         metrics.update({f"correct/{k}": float(v) for k, v in adv_lib.group_metrics(shaped, advantages=adv).items()})
         metrics.update({f"correct/{k}": v for k, v in row_metrics.items()})
         metrics.update(self._stream_metrics(right, source_ok))
+        # Tokens the correction stream generated beyond the solve rollouts: what CIPO spends over GRPO per step.
+        metrics["generate/extra_tokens"] = float(sum(len(c) for c in corr.completions))
         hits, count = int(right[source_ok].sum()), int(right[source_ok].size)
         self.ratio = update_ratio(self.ratio, hits, count, **self.ratio_knobs)
         metrics["cipo/rho_next"] = self.ratio.rho
