@@ -73,14 +73,14 @@ def main(argv=None):
     ids = generate(tok.encode_ragged([tok.render_prompt(solve_prompt(e.question)) for e in examples]),
                    max_new_tokens=args.max_new_tokens)
     own = [tok.decode(list(x), skip_special_tokens=True) for x in ids]
-    sources = [("own greedy attempts", own)]
+    attempt_sets = [("own greedy attempts", own)]
     for extent in ("minimal", "spread") if task.inject_spread else ("minimal",):
         rng = np.random.default_rng(args.seed)
-        sources.append((f"injected, inject_extent={extent}",
-                        [task.solution_text(injected_wrong(task, e, rng, extent)[0]) for e in examples]))
+        attempt_sets.append((f"injected, inject_extent={extent}",
+                             [task.solution_text(injected_wrong(task, e, rng, extent)[0]) for e in examples]))
 
     rows = []
-    for name, attempts in sources:
+    for name, attempts in attempt_sets:
         res = self_correct(generate, tok, examples, attempts, grade, rounds=1, max_new_tokens=args.max_new_tokens)
         wrong = ~res.correct[0]
         kinds = collections.Counter(task.error_kind(e.question, task.parse(a))
