@@ -326,7 +326,7 @@ def test_latin_blanks_knob_and_the_cure_preset():
         task = build_data(read_run_config(c).data, 0)
         grid = task.train[0].question.split("Grid: ")[1].split("\n")[0]
         assert grid.split().count("x") + grid.split().count("x,") == blanks
-    assert read_run_config(c).sft.aux_critique_share == 0.25
+    assert read_run_config(c).sft.aux_critique_share == 0.25 and read_run_config(c).data.inject_extent == "spread"
     assert type(make_method(read_run_config(c).method)).__name__ == "CURE"
 
 
@@ -542,4 +542,108 @@ def test_inject_extent_knob_reaches_the_warmup_rows_and_is_checked(tmp_path):
         start(c)
     c.data.source, c.data.inject_extent = "graph_path", "spread"
     with pytest.raises(ValueError, match="has no spread injector"):
+        start(c)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rows from the policy's own attempts (sft.own_attempt_steps)
+# ---------------------------------------------------------------------------------------------------------------
+def _own_attempts():
+    """Hand-made attempts at three Latin-square questions: right, wrong of each critiqued kind, unreadable, and a
+    repeat of one wrong attempt."""
+    from jaxrl_reason.data import testbed
+
+    rng = np.random.default_rng(3)
+    exs = ls.latin_square_examples(3, seed=7, config=ls.LatinConfig(blanks=10))
+    attempts = []
+    for e in exs:
+        attempts.append((e, ls.solution_text(e.meta["square"])))
+        attempts.append((e, ls.solution_text(testbed.injected_wrong(ls.TASK, e, rng, "spread")[0])))
+    attempts += [(exs[0], "I do not know."), attempts[1]]
+    return exs, attempts
+
+
+def test_own_attempt_rows_quote_the_attempt_verbatim_and_teach_the_fix():
+    from jaxrl_reason.data import testbed
+
+    exs, attempts = _own_attempts()
+    rows = testbed.own_attempt_rows(ls.TASK, attempts, critique=True, correct=True, seed=0)
+    corrections = [r for r in rows if r.meta["format"] == "correct"]
+    critiques = [r for r in rows if r.meta["format"] == "critique"]
+    # 3 distinct wrong grids + the unreadable answer (the repeat is dropped); critiques: the 3 grids, 3 right ones
+    assert len(corrections) == 4 and len(critiques) == 6
+    wrong_texts = [t for e, t in attempts[:6] if not ls.check(e.question, t)]
+    for r in corrections:
+        attempt = r.question.split("earlier attempt at this problem:\n")[1].split("\n\nReview the attempt")[0]
+        assert attempt in wrong_texts + ["I do not know."]
+        assert ls.check(r.meta["question"], r.solution) and not ls.check(r.meta["question"], attempt)
+        assert r.meta["attempt"] == "own"
+    found = []
+    for r in critiques:
+        c = parse_critique(r.solution)
+        assert c.format_errors == (), (r.solution, c.format_errors)
+        solution = r.question.split("Solution:\n")[1].split("\n\nReply with")[0]
+        question = r.question.split("Problem:\n")[1].split("\n\nSolution:")[0]
+        assert c.error_found is (not ls.check(question, solution))
+        assert "I do not know." not in solution  # no row to quote in an unreadable answer
+        if c.error_found:
+            assert c.quote in solution
+        found.append(c.error_found)
+    assert sum(found) == 3
+    only = testbed.own_attempt_rows(ls.TASK, attempts, critique=False, correct=True, seed=0)
+    assert [r.meta["format"] for r in only] == ["correct"] * 4
+    with pytest.raises(ValueError, match="critique and/or correct"):
+        testbed.own_attempt_rows(ls.TASK, attempts, critique=False, correct=False, seed=0)
+
+
+def _own_cfg(tmp_path, **sft):
+    knobs = dict(aux_verify_share=0.0, aux_correct_share=0.5, own_attempt_steps=2, own_attempt_questions=8,
+                 own_attempt_samples=2)
+    c = _tiny_cfg(tmp_path, **{**knobs, **sft})
+    c.data.source = "latin_square"
+    return c
+
+
+def test_own_attempt_warmup_runs_after_the_sft_and_reports_its_rows(tmp_path):
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import warmed_up_policy
+
+    rc, _ = start(_own_cfg(tmp_path))
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    _, report = warmed_up_policy(rc, tok, task, str(tmp_path))
+    own = report["own_attempts"]
+    assert own["attempts"] == 16
+    # a 3-step model gets every attempt wrong: one correction row per distinct attempt, no critique asked for
+    assert 1 <= own["correct_rows"] <= 16 and own["critique_rows"] == 0
+    assert own["solve_rows"] == own["correct_rows"]
+    assert (tmp_path / "logs_own_attempts").is_dir() and (tmp_path / "sft_model" / "config.json").exists()
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"aux_correct_share": 0.0}, "set sft.aux_critique_share or sft.aux_correct_share"),
+    ({"own_attempt_questions": 41}, "own_attempt_questions=41 must be in"),
+    ({"own_attempt_samples": 0}, "own_attempt_samples=0"),
+    ({"steps": 0}, "needs the SFT warm-up"),
+    ({"own_attempt_solve_share": -1.0}, "own_attempt_solve_share"),
+])
+def test_own_attempt_warmup_is_refused_at_start_up_when_it_cannot_run(tmp_path, change, match):
+    from jaxrl_reason.experiment.pipeline import start
+
+    with pytest.raises(ValueError, match=match):
+        start(_own_cfg(tmp_path, **change))
+
+
+def test_own_attempt_warmup_is_refused_for_a_task_that_cannot_grade_it(tmp_path):
+    from jaxrl_reason.experiment.pipeline import start
+
+    c = _own_cfg(tmp_path)
+    c.data.source = "arithmetic"
+    with pytest.raises(ValueError, match="aux_"):  # its auxiliary shares are refused first
+        start(c)
+    c.sft.aux_correct_share = 0.0
+    c.sft.aux_critique_share = 0.0
+    with pytest.raises(ValueError, match="own_attempt_steps > 0 needs a testbed task"):
         start(c)

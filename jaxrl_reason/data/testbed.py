@@ -153,3 +153,41 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
         rows.append(Example(correction_prompt(e.question, task.solution_text(a)), e.answer, f"{e.id}/correct{i}",
                             e.solution, meta("correct", question=e.question)))
     return rows
+
+
+def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]], *, critique: bool, correct: bool,
+                     seed: int) -> list[Example]:
+    """Warm-up rows from the policy's *own* attempts (`(example, generated text)`, graded here by the task's
+    checker), in the layout of `auxiliary_rows`: for `correct`, one CIPO correction per distinct wrong attempt
+    (the attempt verbatim, as CIPO's replay prompt holds it -> the worked solution); for `critique`, one CURE
+    critique per distinct wrong attempt whose error is of a kind the task critiques (its `inject_weights` kinds;
+    an unreadable answer has no row to quote) and as many of the right attempts (`ERROR_FOUND: false`), drawn
+    with `seed`. Injected wrong answers are easier to fix than the policy's own (docs/results/cipo_testbed.md);
+    these rows teach the formats on the errors RL and test time will show them."""
+    if not (critique or correct):
+        raise ValueError("own_attempt_rows: ask for critique and/or correct rows")
+    meta = lambda fmt, **kw: {"source": task.source, "format": fmt, "attempt": "own", **kw}  # noqa: E731
+    seen, wrong, right = set(), [], []
+    for e, text in attempts:
+        if (e.question, text) in seen:
+            continue
+        seen.add((e.question, text))
+        answer = task.parse(text)
+        kind = task.error_kind(e.question, answer)
+        (right if kind is None else wrong).append((e, text, answer, kind))
+    rows = []
+    if correct:
+        for i, (e, text, _, _) in enumerate(wrong):
+            if not e.solution:
+                raise ValueError(f"own_attempt_rows: a correction row needs the worked solution; example {e.id!r} "
+                                 "has none")
+            rows.append(Example(correction_prompt(e.question, text), e.answer, f"{e.id}/own_correct{i}", e.solution,
+                                meta("correct", question=e.question)))
+    if critique:
+        flawed = [w for w in wrong if w[3] in task.inject_weights]
+        rng = np.random.default_rng(seed)
+        keep = rng.permutation(len(right))[:len(flawed)]
+        for i, (e, text, answer, kind) in enumerate(flawed + [right[j] for j in sorted(keep)]):
+            rows.append(Example(critique_prompt(e.question, text), "", f"{e.id}/own_critique{i}",
+                                task.critique_text(e.question, answer, kind), meta("critique")))
+    return rows

@@ -105,6 +105,13 @@ class SftSection:
     aux_verify_share: float = 0.0  # RL^V verify rows (problem + right/wrong solution -> "Yes"/"No")
     aux_critique_share: float = 0.0  # CURE four-field critiques of right and wrong solutions
     aux_correct_share: float = 0.0  # CIPO corrections (wrong attempt -> worked solution)
+    # Then, for the formats above with a share > 0 (critique, correct), rows built from the warmed-up policy's own
+    # attempts (data.testbed.own_attempt_rows): its wrong answers are unlike injected ones (docs/methods/testbed.md)
+    own_attempt_steps: int = 0  # SFT steps on the own-attempt rows after the warm-up (0 = none)
+    own_attempt_questions: int = 1024  # warm-up questions it samples attempts on (taken from the SFT slice)
+    own_attempt_samples: int = 4  # attempts per question, at rl.temperature
+    own_attempt_lr: float = 1e-3  # its learning rate (cosine schedule)
+    own_attempt_solve_share: float = 1.0  # worked solutions mixed in per own-attempt row (keeps the solving skill)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The warm-ups before RL: supervised fine-tuning on worked solutions, then (RL^V's cold start) the self-labelled
+"""The warm-ups before RL: supervised fine-tuning on worked solutions (and the auxiliary formats), then rows built
+from the warmed-up policy's own attempts (critiques, corrections), then (RL^V's cold start) the self-labelled
 verification warm-up; their checks run at start-up, before any of them trains."""
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.data.testbed import INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows, task_of
+from jaxrl_reason.data.testbed import INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows, own_attempt_rows, task_of
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
 from jaxrl_reason.experiment.model import build_model, load_hf, save_hf
 
@@ -17,6 +18,7 @@ def check_verify_warmup(rc: RunConfig) -> None:
     """Fails before any training when the verification warm-up, or an auxiliary warm-up format, is asked for but
     cannot run."""
     check_aux_formats(rc)
+    check_own_attempts(rc)
     s = rc.sft
     if s.verify_steps <= 0:
         return
@@ -91,6 +93,37 @@ def check_aux_formats(rc: RunConfig) -> None:
             raise ValueError("config data.verify_format='worked_check' teaches the check through the SFT rows "
                              "(sft.aux_verify_share); the verification warm-up (sft.verify_steps) trains the "
                              "one-token verdict only: set sft.verify_steps=0")
+
+
+def own_attempt_formats(rc: RunConfig) -> dict:
+    """{"critique": bool, "correct": bool}: the formats the own-attempt stage writes rows of (those the warm-up
+    teaches with an auxiliary share > 0)."""
+    return {"critique": rc.sft.aux_critique_share > 0, "correct": rc.sft.aux_correct_share > 0}
+
+
+def check_own_attempts(rc: RunConfig) -> None:
+    """Fails at start-up when the own-attempt stage (sft.own_attempt_steps > 0) is asked for but cannot run."""
+    s = rc.sft
+    if s.own_attempt_steps < 0:
+        raise ValueError(f"config sft.own_attempt_steps={s.own_attempt_steps} must be >= 0 (0 = no own-attempt rows)")
+    if s.own_attempt_steps == 0:
+        return
+    if s.steps <= 0:
+        raise ValueError("config sft.own_attempt_steps > 0 needs the SFT warm-up (sft.steps > 0): its rows are the "
+                         "warmed-up policy's own attempts")
+    if rc.data.source not in AUX_FORMATS:
+        raise ValueError(f"config sft.own_attempt_steps > 0 needs a testbed task ({' | '.join(AUX_FORMATS)}) to grade "
+                         f"and critique the attempts, got data.source={rc.data.source!r}; set own_attempt_steps=0")
+    if not any(own_attempt_formats(rc).values()):
+        raise ValueError("config sft.own_attempt_steps > 0 writes critique and/or correction rows of the policy's own "
+                         "attempts: set sft.aux_critique_share or sft.aux_correct_share > 0 (the formats it extends)")
+    if not 0 < s.own_attempt_questions <= s.examples:
+        raise ValueError(f"config sft.own_attempt_questions={s.own_attempt_questions} must be in [1, sft.examples="
+                         f"{s.examples}]: it samples on warm-up questions only (RL's are kept unseen)")
+    if s.own_attempt_samples < 1:
+        raise ValueError(f"config sft.own_attempt_samples={s.own_attempt_samples} must be >= 1")
+    if s.own_attempt_solve_share < 0:
+        raise ValueError(f"config sft.own_attempt_solve_share={s.own_attempt_solve_share} must be >= 0")
 
 
 def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
@@ -173,6 +206,47 @@ def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: 
     return res
 
 
+def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> dict:
+    """After the SFT warm-up: sample `sft.own_attempt_samples` attempts on each of the first
+    `sft.own_attempt_questions` warm-up questions, build critique / correction rows from them
+    (`data.testbed.own_attempt_rows`), and train `sft.own_attempt_steps` SFT steps on those rows mixed with
+    worked solutions. Logs to logs_own_attempts/; -> what it built and how long it took."""
+    import jax
+
+    from jaxrl_reason.train.trainer import sft_train
+    from jaxrl_reason.train.verify_warmup import sample_labelled_solutions
+
+    s = rc.sft
+    t = time.time()
+    questions = list(task.train[:s.own_attempt_questions])
+    _, texts, labels = sample_labelled_solutions(
+        model, tokenizer, questions, task.reward_fn, samples_per_question=s.own_attempt_samples,
+        max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature,
+        key=jax.random.fold_in(jax.random.PRNGKey(rc.seed), 0x0A77), prompt_fn=task.prompt_fn, mesh=mesh)
+    attempts = list(zip([e for e in questions for _ in range(s.own_attempt_samples)], texts))
+    rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, **own_attempt_formats(rc))
+    if not rows:
+        raise ValueError(f"own-attempt warm-up: the policy's {len(texts)} attempts gave no row (all right, or no "
+                         "critiquable error); sample more questions (sft.own_attempt_questions) or set "
+                         "sft.own_attempt_steps=0")
+    solves = list(task.train[:s.examples])
+    n_solve = min(len(solves), int(round(s.own_attempt_solve_share * len(rows))))
+    turns = frozenset(r.question for r in rows)
+    writer = _writer(workdir, "logs_own_attempts")
+    sft_train(model, tokenizer, rows + solves[:n_solve], steps=s.own_attempt_steps, batch_size=s.batch_size,
+              lr=s.own_attempt_lr, warmup_steps=s.warmup_steps, seed=rc.seed + 1, writer=writer,
+              progress=rc.rl.progress, mesh=mesh,
+              prompt_fn=lambda q: q if q in turns else task.prompt_fn(q))
+    writer.close()
+    formats = [r.meta["format"] for r in rows]
+    report = {"attempts": len(texts), "right_frac": float(labels.mean()), "correct_rows": formats.count("correct"),
+              "critique_rows": formats.count("critique"), "solve_rows": n_solve, "seconds": time.time() - t}
+    print(f"own-attempt warm-up: {len(texts)} attempts ({report['right_frac']:.1%} right) -> "
+          f"{report['correct_rows']} correction + {report['critique_rows']} critique rows, {n_solve} worked "
+          f"solutions, {s.own_attempt_steps} steps")
+    return report
+
+
 def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mesh=None):
     """-> (the policy RL starts from, what its warm-ups report). With `sft.steps` > 0 the warmed-up model is kept
     in <workdir>/sft_model and reused from there by a later run (nothing is reported then)."""
@@ -183,6 +257,8 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
     if rc.sft.steps <= 0:
         return model, {}
     report = {"sft_seconds": run_sft(rc, model, tokenizer, task, workdir, mesh)}
+    if rc.sft.own_attempt_steps > 0:
+        report["own_attempts"] = run_own_attempt_warmup(rc, model, tokenizer, task, workdir, mesh)
     if rc.sft.verify_steps > 0:
         report["verify_warmup"] = run_verify_warmup(rc, model, tokenizer, task, workdir, mesh)
     save_hf(model, sft_dir)
