@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -620,6 +621,34 @@ def test_own_attempt_warmup_runs_after_the_sft_and_reports_its_rows(tmp_path):
     assert 1 <= own["correct_rows"] <= 16 and own["critique_rows"] == 0
     assert own["solve_rows"] == own["correct_rows"]
     assert (tmp_path / "logs_own_attempts").is_dir() and (tmp_path / "sft_model" / "config.json").exists()
+
+    # the research script runs the stage again on that warm-up model, and refuses a config whose data differ
+    from jaxrl_reason.data.datasets import write_jsonl
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
+                                    "research"))
+    import own_attempt_warmup
+
+    write_jsonl(task.heldout, tmp_path / "heldout.jsonl")
+    cfg_file = tmp_path / "cfg.py"
+    cfg_file.write_text("from jaxrl_reason.configs.testbed_rlv import get_config as base\n\n\ndef get_config():\n"
+                        "    c = base()\n    c.data.source = 'latin_square'\n"
+                        "    c.data.train_size, c.data.heldout_size = 200, 16\n"
+                        "    c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 32, 2, 64\n"
+                        "    c.tokenizer.vocab_size = 300\n"
+                        "    c.sft.steps, c.sft.examples, c.sft.batch_size = 3, 40, 4\n"
+                        "    c.sft.aux_verify_share, c.sft.aux_correct_share = 0.0, 0.5\n"
+                        "    c.sft.own_attempt_questions, c.sft.own_attempt_samples = 4, 2\n"
+                        "    c.rl.progress = False\n    return c\n")
+    out = tmp_path / "again"
+    own_attempt_warmup.main(["--config", str(cfg_file), "--from", str(tmp_path), "--workdir", str(out),
+                             "--config.sft.own_attempt_steps=1"])
+    assert (out / "sft_model" / "config.json").exists() and (out / "tokenizer").is_dir()
+    assert (out / "heldout.jsonl").read_text() == (tmp_path / "heldout.jsonl").read_text()
+    assert json.loads((out / "own_attempts.json").read_text())["attempts"] == 8
+    with pytest.raises(SystemExit, match="differs from the held-out questions"):
+        own_attempt_warmup.main(["--config", str(cfg_file), "--from", str(tmp_path), "--workdir", str(out),
+                                 "--config.sft.own_attempt_steps=1", "--config.seed=5"])
 
 
 @pytest.mark.parametrize("change, match", [
