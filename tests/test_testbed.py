@@ -619,7 +619,7 @@ def test_own_attempt_warmup_runs_after_the_sft_and_reports_its_rows(tmp_path):
     assert own["attempts"] == 16
     # a 3-step model gets every attempt wrong: one correction row per distinct attempt, no critique asked for
     assert 1 <= own["correct_rows"] <= 16 and own["critique_rows"] == 0
-    assert own["solve_rows"] == own["correct_rows"]
+    assert own["solve_rows"] == min(40, 3 * own["correct_rows"])  # sft.own_attempt_solve_share = 3 of 40 SFT rows
     assert (tmp_path / "logs_own_attempts").is_dir() and (tmp_path / "sft_model" / "config.json").exists()
 
     # the research script runs the stage again on that warm-up model, and refuses a config whose data differ
