@@ -123,6 +123,31 @@ def test_ratio_rule_moves_up_when_retention_drops_down_when_high_and_stays_in_bo
     assert s.rho == pytest.approx(RULE["rho_min"])
 
 
+def test_window_drop_test_does_not_ratchet_rho_under_noise_but_still_reacts_to_a_sustained_drop():
+    """drop_test="step" (METHODS §4 as written) compares one step's retention, measured on 16 corrections, with
+    the window mean: under stationary noise it sees a drop every few steps, nothing moves rho down (tau_high is out
+    of reach) and rho climbs to rho_max. "window" compares the windowed retention with the previous window's, both
+    ways: under the same noise rho wanders around its start; it still moves up when retention falls for good."""
+    knobs = dict(RULE, rho_step=0.05, window=8)  # the method's defaults
+    final = {"step": [], "window": []}
+    for seed in range(20):
+        hits = np.random.default_rng(seed).binomial(16, 0.75, size=100)  # retention 0.75 in [tau_low, tau_high]
+        for test in final:
+            s = RatioState(0.5)
+            for h in hits:
+                s = update_ratio(s, int(h), 16, **knobs, drop_test=test)
+            final[test].append(s.rho)
+            assert len(s.hits) == 8 * (1 if test == "step" else 2)
+    assert np.allclose(final["step"], RULE["rho_max"])
+    assert abs(np.median(final["window"]) - 0.5) <= 0.1 and min(final["window"]) < 0.5 < max(final["window"])
+    s = RatioState(0.5, (15,) * 16, (16,) * 16)  # two windows at 0.94 ...
+    for _ in range(6):  # ... then retention falls to 0.75 and stays there
+        s = update_ratio(s, 12, 16, **RULE, drop_test="window")
+    assert s.rho > 0.5
+    with pytest.raises(ValueError, match="drop_test='last' is unknown"):
+        update_ratio(s, 1, 2, **RULE, drop_test="last")
+
+
 def test_shaping_gives_exactly_minus_alpha_minus_one_to_regressions_only():
     r = np.array([[1, 0, 1, 0], [1, 0, 0, 1], [0.7, 0.2, 0, 1]], np.float32)
     src = np.array([True, False, True])

@@ -11,8 +11,9 @@ Which attempts are replayed:
   - a share rho_t of the replay prompts is built from *successful* attempts, the rest from failed ones;
   - rho_t adapts to retention, the accuracy of corrections of successful sources (`RatioState`, `update_ratio`):
     up by `rho_step` when the windowed retention is below `tau_low` or this step's retention fell more than
-    `delta` below the window's mean, down by `rho_step` when the windowed retention is above `tau_high`, clipped
-    to [rho_min, rho_max]. Its state is the method's state_dict, saved with every checkpoint;
+    `delta` below the window's mean, down by `rho_step` when the windowed retention is above `tau_high`
+    (`drop_test="window"`: when the windowed retention fell / rose by `delta` against the previous window's, up /
+    down), clipped to [rho_min, rho_max]. Its state is the method's state_dict, saved with every checkpoint;
   - failed sources are taken in the difficulty-aware order of `rank_failed_sources`: mixed queries
     (0 < acc(x) < 1) before zero-pass ones, by weight acc(1 - acc) + floor within each tier.
 
@@ -110,24 +111,44 @@ def windowed_retention(hits: Sequence[float], counts: Sequence[float]) -> float:
     return float(np.sum(hits)) / c if c else float("nan")
 
 
+DROP_TESTS = ("step", "window")
+
+
 def update_ratio(state: RatioState, hits: int, count: int, *, rho_min: float, rho_max: float, rho_step: float,
-                 tau_low: float, tau_high: float, delta: float, window: int) -> RatioState:
+                 tau_low: float, tau_high: float, delta: float, window: int, drop_test: str = "step") -> RatioState:
     """One step of the ratio rule. With this step's `count` corrections of successful sources, `hits` right:
-    retention R is pooled over the window including this step; rho += rho_step if R < tau_low or this step's
-    retention is more than `delta` below the mean of the earlier steps' retentions; rho -= rho_step if R > tau_high;
-    clipped to [rho_min, rho_max]. A step with no successful source leaves rho and the window as they are."""
+    retention R is pooled over the last `window` steps including this one; rho += rho_step if R < tau_low or
+    retention dropped by more than `delta`; rho -= rho_step if R > tau_high; clipped to [rho_min, rho_max]. A step
+    with no successful source leaves rho and the window as they are.
+
+    drop_test: what "dropped" compares. "step" (METHODS §4 as written): this step's retention against the mean of
+    the window's earlier steps' -- a step measures ~16 corrections, so under noise alone it falls `delta` below
+    the mean every few steps and, with `tau_high` out of reach, rho only climbs (docs/results/cipo_testbed.md).
+    "window": R against the pooled retention of the `window` steps before the window, once there are that many
+    (the state then keeps 2 x `window` steps), both ways: a drop of more than `delta` moves rho up, a rise of more
+    than `delta` moves it down, so noise moves rho both ways instead of ratcheting it up. (`delta` >= 1 turns the
+    drop test off in either mode: rho then follows the tau_low / tau_high band alone.)"""
+    if drop_test not in DROP_TESTS:
+        raise ValueError(f"cipo drop_test={drop_test!r} is unknown; use {' | '.join(DROP_TESTS)}")
     if count <= 0:
         return state
-    earlier = [h / c for h, c in zip(state.hits, state.counts) if c]
-    hits_w = (tuple(state.hits) + (int(hits),))[-window:]
-    counts_w = (tuple(state.counts) + (int(count),))[-window:]
-    retention, now = windowed_retention(hits_w, counts_w), hits / count
+    keep = window if drop_test == "step" else 2 * window
+    hits_k = (tuple(state.hits) + (int(hits),))[-keep:]
+    counts_k = (tuple(state.counts) + (int(count),))[-keep:]
+    retention = windowed_retention(hits_k[-window:], counts_k[-window:])
+    if drop_test == "step":
+        earlier = [h / c for h, c in zip(state.hits[-window:], state.counts[-window:]) if c]
+        dropped = bool(earlier) and hits / count < float(np.mean(earlier)) - delta
+    else:
+        full = len(counts_k) == 2 * window  # no test until a whole earlier window has been measured
+        change = retention - windowed_retention(hits_k[:window], counts_k[:window]) if full else 0.0
+        dropped, rose = change < -delta, change > delta
     rho = state.rho
-    if retention < tau_low or (earlier and now < float(np.mean(earlier)) - delta):
+    if retention < tau_low or dropped:
         rho += rho_step
-    elif retention > tau_high:
+    elif retention > tau_high or (drop_test == "window" and rose):
         rho -= rho_step
-    return RatioState(float(np.clip(rho, rho_min, rho_max)), hits_w, counts_w)
+    return RatioState(float(np.clip(rho, rho_min, rho_max)), hits_k, counts_k)
 
 
 # ------------------------------------------------------------------------------------------------ the method
@@ -143,7 +164,8 @@ class CIPO(GRPO):
     def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
                  correction_samples: int = 4, replay_prompts: int = 0, rho_init: float = 0.5, rho_min: float = 0.1,
                  rho_max: float = 0.9, rho_step: float = 0.05, tau_low: float = 0.6, tau_high: float = 0.9,
-                 delta: float = 0.1, window: int = 8, alpha: float = 2.0, preference: str = "difficulty",
+                 delta: float = 0.1, window: int = 8, drop_test: str = "step", alpha: float = 2.0,
+                 preference: str = "difficulty",
                  difficulty_floor: float = 0.05, answer_instruction: str = SOLVE_INSTRUCTION,
                  correct_weight: float = 1.0, correction_max_new_tokens: int = 0,
                  correction_estimator: str = "grpo_batch_std", **kwargs):
@@ -153,6 +175,7 @@ class CIPO(GRPO):
         replay_prompts:       replay prompts per step (0 = Q, one per query of the step)
         rho_init / rho_min / rho_max / rho_step: the replay ratio's start, bounds and step
         tau_low / tau_high / delta / window: the ratio rule (`update_ratio`); window in steps
+        drop_test:            step | window: what a retention drop of `delta` compares (`update_ratio`)
         alpha:                a regression's reward is -(alpha - 1) (alpha > 1)
         preference:           difficulty | uniform: the order failed sources are taken in
         difficulty_floor:     the floor of the weight acc(1 - acc) + floor
@@ -182,6 +205,8 @@ class CIPO(GRPO):
             raise ValueError(f"cipo needs 0 <= tau_low <= tau_high <= 1, rho_step >= 0, delta >= 0 and window >= 1; "
                              f"got tau_low={tau_low}, tau_high={tau_high}, rho_step={rho_step}, delta={delta}, "
                              f"window={window}")
+        if drop_test not in DROP_TESTS:
+            raise ValueError(f"cipo drop_test={drop_test!r} is unknown; use {' | '.join(DROP_TESTS)}")
         if not alpha > 1.0:
             raise ValueError(f"cipo alpha must be > 1 (a regression gets -(alpha - 1)), got {alpha}")
         if preference not in PREFERENCES:
@@ -192,7 +217,7 @@ class CIPO(GRPO):
         self.correction_samples, self.replay_prompts = int(correction_samples), int(replay_prompts)
         self.ratio_knobs = dict(rho_min=float(rho_min), rho_max=float(rho_max), rho_step=float(rho_step),
                                 tau_low=float(tau_low), tau_high=float(tau_high), delta=float(delta),
-                                window=int(window))
+                                window=int(window), drop_test=drop_test)
         self.ratio = RatioState(float(rho_init))
         self.alpha, self.preference, self.difficulty_floor = float(alpha), preference, float(difficulty_floor)
         self.answer_instruction = answer_instruction
@@ -251,7 +276,8 @@ class CIPO(GRPO):
         hits, count = int(right[source_ok].sum()), int(right[source_ok].size)
         self.ratio = update_ratio(self.ratio, hits, count, **self.ratio_knobs)
         metrics["cipo/rho_next"] = self.ratio.rho
-        metrics["cipo/retention_window"] = windowed_retention(self.ratio.hits, self.ratio.counts)
+        w = self.ratio_knobs["window"]
+        metrics["cipo/retention_window"] = windowed_retention(self.ratio.hits[-w:], self.ratio.counts[-w:])
         return concat_batches([base, rows]), metrics
 
     @staticmethod
