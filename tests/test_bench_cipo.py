@@ -43,7 +43,7 @@ def test_checks_compare_cipo_with_grpo():
 @pytest.mark.slow
 def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
     """Both arms train from one warm-up, are evaluated with correction rounds, and the table, summary and rho
-    plot are written; CIPO's rho is logged every step."""
+    plot are written; CIPO's rho is logged every step; a `--config.` override reaches both arms."""
     path = tmp_path / "cipo_tiny.py"
     path.write_text(
         "from jaxrl_reason.configs.testbed_latin_cipo import get_config as preset\n\n\n"
@@ -57,7 +57,8 @@ def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
         "    c.method.extra.correction_samples = 2\n"
         "    return c\n")
     per_seed = bench_cipo.main(["--config", str(path), "--workdir", str(tmp_path / "bench"), "--seeds", "0",
-                                "--questions", "4", "--n", "2", "--rounds", "1", "--no-progress"])
+                                "--questions", "4", "--n", "2", "--rounds", "1", "--no-progress",
+                                "--config.rl.steps=3"])
     ev = per_seed[0]["evals"]
     for a in bench_cipo.ARMS:
         c = ev[a]["correction"]
@@ -67,7 +68,11 @@ def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
     root = tmp_path / "bench"
     assert (root / "summary.md").read_text().count("| 0 |") == 2 and "resample" in (root / "summary.md").read_text() and (root / "rho.png").stat().st_size > 0
     rhos = [json.loads(line) for line in (root / "seed0" / "cipo" / "logs" / "metrics.jsonl").read_text().splitlines()]
-    assert sum("cipo/rho" in r for r in rhos) == 2
+    assert sum("cipo/rho" in r for r in rhos) == 3
+    assert json.loads((root / "seed0" / "grpo" / "results.json").read_text())["rl_steps"] == 3
+    assert json.loads((root / "summary.json").read_text())["args"]["overrides"] == ["--config.rl.steps=3"]
+    with pytest.raises(SystemExit):  # anything that is neither a flag nor a config knob is refused
+        bench_cipo.main(["--config", str(path), "--workdir", str(root), "--config.rl.steps=3", "--rl_steps=3"])
 
 
 def test_own_vs_injected_distance_and_summary():

@@ -10,15 +10,17 @@ from bench_rlv import as_plain_grpo, share_warmup, trained
 from jaxrl_reason.configs import load_config_file
 
 
-def train_arms(config: str, root: str, seed: int, method: str, *, rl_steps: int = 0, progress: bool = True) -> dict:
+def train_arms(config: str, root: str, seed: int, method: str, *, rl_steps: int = 0, progress: bool = True,
+               overrides: tuple = ()) -> dict:
     """{"grpo": cfg, method: cfg}, both trained (a finished run is reused) under <root>/seed<seed>/<arm>:
-    "grpo" is `config` with its method forced to plain GRPO and its warm-up kept as configured
-    (`bench_rlv.as_plain_grpo`); `method` is `config` as given, from the GRPO arm's tokenizer and SFT model."""
+    "grpo" is `config` (with its `--config.a.b=value` overrides) with its method forced to plain GRPO and its
+    warm-up kept as configured (`bench_rlv.as_plain_grpo`); `method` is the same config as given, from the GRPO
+    arm's tokenizer and SFT model."""
     from jaxrl_reason.experiment.pipeline import run
 
     cfgs = {}
     for arm in ("grpo", method):
-        cfg = load_config_file(config)
+        cfg = load_config_file(config, overrides)
         if arm == "grpo":
             as_plain_grpo(cfg, verify_warmup=True)
         cfg.seed = seed
@@ -48,6 +50,15 @@ def load_arm(cfg, questions: int):
     final = os.path.join(cfg.workdir, "final")
     examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
     return load_pretrained(final), Tokenizer.from_pretrained(final), examples, build_data(cfg.data, cfg.seed)
+
+
+def config_overrides(parser, argv=None):
+    """(the parsed arguments, the `--config.SECTION.KNOB=VALUE` overrides among them); anything else is refused."""
+    args, rest = parser.parse_known_args(argv)
+    bad = [a for a in rest if not a.startswith("--config.")]
+    if bad:
+        parser.error(f"unrecognised arguments {bad}; config knobs are set as --config.SECTION.KNOB=VALUE")
+    return args, tuple(rest)
 
 
 def cached_eval(cfg, key: dict):

@@ -39,7 +39,7 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-from against_grpo import cached_eval, load_arm, save_eval, train_arms  # noqa: E402
+from against_grpo import cached_eval, config_overrides, load_arm, save_eval, train_arms  # noqa: E402
 from bench_credit import token_curve  # noqa: E402
 from jaxrl_reason.configs import load_config_file  # noqa: E402
 
@@ -115,8 +115,8 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=8, help="samples per question for pass@1")
     ap.add_argument("--rounds", type=int, default=2, help="test-time correction rounds")
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
-    base = load_config_file(args.config)
+    args, overrides = config_overrides(ap, argv)
+    base = load_config_file(args.config, overrides)
     if base.method.name != "cipo":
         raise SystemExit(f"--config {args.config}: method.name must be 'cipo'")
     # Both arms correct with the CIPO run's answer format at test time (the GRPO arm's method knobs are dropped).
@@ -130,7 +130,8 @@ def main(argv=None):
     per_seed, cipo_dirs = {}, {}
     for seed in [int(s) for s in args.seeds.split(",")]:
         # both arms keep the configured warm-up, correction rows included
-        cfgs = train_arms(args.config, root, seed, "cipo", rl_steps=args.rl_steps, progress=not args.no_progress)
+        cfgs = train_arms(args.config, root, seed, "cipo", rl_steps=args.rl_steps, progress=not args.no_progress,
+                          overrides=overrides)
         cipo_dirs[seed] = cfgs["cipo"].workdir
         evals = {}
         for arm, cfg in cfgs.items():
@@ -161,7 +162,7 @@ def main(argv=None):
     table = "\n".join(lines)
     print("\n" + table)
     rho_plot(cipo_dirs, os.path.join(root, "rho.png"))
-    json.dump({"per_seed": per_seed, "medians": med, "args": vars(args), "seconds": time.time() - t0},
+    json.dump({"per_seed": per_seed, "medians": med, "args": {**vars(args), "overrides": list(overrides)}, "seconds": time.time() - t0},
               open(os.path.join(root, "summary.json"), "w"), indent=2)
     open(os.path.join(root, "summary.md"), "w").write(table + "\n")
     return per_seed

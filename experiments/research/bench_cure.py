@@ -37,7 +37,7 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-from against_grpo import cached_eval, load_arm, save_eval, train_arms  # noqa: E402
+from against_grpo import cached_eval, config_overrides, load_arm, save_eval, train_arms  # noqa: E402
 from bench_credit import token_curve  # noqa: E402
 from jaxrl_reason.configs import load_config_file  # noqa: E402
 
@@ -93,8 +93,8 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=8, help="samples per question for pass@1 and majority voting")
     ap.add_argument("--rounds", type=int, default=2, help="self-refinement rounds")
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
-    base = load_config_file(args.config)
+    args, overrides = config_overrides(ap, argv)
+    base = load_config_file(args.config, overrides)
     if base.method.name != "cure":
         raise SystemExit(f"--config {args.config}: method.name must be 'cure'")
     # Both arms critique with the CURE run's budget at test time (the GRPO arm's method knobs are dropped).
@@ -107,7 +107,8 @@ def main(argv=None):
     root = os.path.abspath(args.workdir)
     per_seed = {}
     for seed in [int(s) for s in args.seeds.split(",")]:
-        cfgs = train_arms(args.config, root, seed, "cure", rl_steps=args.rl_steps, progress=not args.no_progress)
+        cfgs = train_arms(args.config, root, seed, "cure", rl_steps=args.rl_steps, progress=not args.no_progress,
+                          overrides=overrides)
         evals = {}
         for arm, cfg in cfgs.items():
             print(f"== seed {seed} {arm}: evaluating", flush=True)
@@ -135,7 +136,7 @@ def main(argv=None):
               f"4. CURE pass@1 >= GRPO's - 2 points: {med['cure_pass1'] >= med['grpo_pass1'] - 0.02}"]
     table = "\n".join(lines)
     print("\n" + table)
-    json.dump({"per_seed": per_seed, "medians": med, "args": vars(args), "seconds": time.time() - t0},
+    json.dump({"per_seed": per_seed, "medians": med, "args": {**vars(args), "overrides": list(overrides)}, "seconds": time.time() - t0},
               open(os.path.join(root, "summary.json"), "w"), indent=2)
     open(os.path.join(root, "summary.md"), "w").write(table + "\n")
     return per_seed

@@ -20,6 +20,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from against_grpo import config_overrides  # noqa: E402
 
 
 def main(argv=None):
@@ -27,10 +28,7 @@ def main(argv=None):
     p.add_argument("--config", required=True, help="the run's config file")
     p.add_argument("--from", dest="source", required=True, help="a run's workdir holding sft_model/ and heldout.jsonl")
     p.add_argument("--workdir", required=True, help="where the new sft_model/, tokenizer and heldout.jsonl go")
-    args, overrides = p.parse_known_args(argv)
-    bad = [o for o in overrides if not o.startswith("--config.")]
-    if bad:
-        p.error(f"unrecognised arguments {bad}; knobs are set as --config.SECTION.KNOB=VALUE")
+    args, overrides = config_overrides(p, argv)
 
     from jaxrl_reason.configs import load_config_file
     from jaxrl_reason.data.datasets import load_examples
