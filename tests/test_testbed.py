@@ -318,6 +318,7 @@ def test_latin_blanks_knob_and_the_cure_preset():
     from jaxrl_reason.configs.testbed_latin_cure import get_config
     from jaxrl_reason.experiment.config import read_run_config
     from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.warmup import own_attempt_formats
     from jaxrl_reason.methods import make_method
 
     c = get_config()
@@ -327,8 +328,24 @@ def test_latin_blanks_knob_and_the_cure_preset():
         task = build_data(read_run_config(c).data, 0)
         grid = task.train[0].question.split("Grid: ")[1].split("\n")[0]
         assert grid.split().count("x") + grid.split().count("x,") == blanks
-    assert read_run_config(c).sft.aux_critique_share == 0.25 and read_run_config(c).data.inject_extent == "spread"
-    assert type(make_method(read_run_config(c).method)).__name__ == "CURE"
+    rc = read_run_config(c)
+    assert rc.sft.own_attempt_steps > 0 and own_attempt_formats(rc) == {"critique": True, "correct": False}
+    assert type(make_method(rc.method)).__name__ == "CURE"
+
+
+def test_the_cure_preset_warms_up_exactly_as_the_cipo_preset_before_its_own_attempt_stage():
+    """One SFT model serves both benches: every knob the SFT warm-up and its tokenizer read is the same."""
+    import dataclasses
+
+    from jaxrl_reason.configs.testbed_latin_cipo import get_config as cipo
+    from jaxrl_reason.configs.testbed_latin_cure import get_config as cure
+    from jaxrl_reason.experiment.config import read_run_config
+
+    a, b = read_run_config(cure()), read_run_config(cipo())
+    stage = {f.name: None for f in dataclasses.fields(a.sft) if f.name.startswith("own_attempt_")}
+    assert dataclasses.replace(a.sft, **stage) == dataclasses.replace(b.sft, **stage)
+    assert (a.data, a.model, a.tokenizer, a.seed) == (b.data, b.model, b.tokenizer, b.seed)
+    assert (a.rl.max_new_tokens, a.rl.temperature) == (b.rl.max_new_tokens, b.rl.temperature)  # the stage's samples
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -663,6 +680,22 @@ def test_own_attempt_warmup_is_refused_at_start_up_when_it_cannot_run(tmp_path, 
 
     with pytest.raises(ValueError, match=match):
         start(_own_cfg(tmp_path, **change))
+
+
+def test_own_attempt_formats_follow_the_shares_or_the_named_list(tmp_path):
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import own_attempt_formats
+
+    rc, _ = start(_own_cfg(tmp_path))  # "aux": the correction share only
+    assert own_attempt_formats(rc) == {"critique": False, "correct": True}
+    # a format the SFT rows left out (CURE critiques on a warm-up that taught corrections only)
+    rc, _ = start(_own_cfg(tmp_path, own_attempt_formats="critique"))
+    assert own_attempt_formats(rc) == {"critique": True, "correct": False}
+    rc, _ = start(_own_cfg(tmp_path, aux_correct_share=0.0, own_attempt_formats="correct, critique"))
+    assert own_attempt_formats(rc) == {"critique": True, "correct": True}
+    for bad in ("critiques", "", "aux,correct"):  # refused at start-up, even with the stage off
+        with pytest.raises(ValueError, match="own_attempt_formats="):
+            start(_own_cfg(tmp_path, own_attempt_formats=bad, own_attempt_steps=0))
 
 
 def test_own_attempt_warmup_is_refused_for_a_task_that_cannot_grade_it(tmp_path):

@@ -95,10 +95,21 @@ def check_aux_formats(rc: RunConfig) -> None:
                              "one-token verdict only: set sft.verify_steps=0")
 
 
+OWN_ATTEMPT_FORMATS = ("critique", "correct")
+
+
 def own_attempt_formats(rc: RunConfig) -> dict:
-    """{"critique": bool, "correct": bool}: the formats the own-attempt stage writes rows of (those the warm-up
-    teaches with an auxiliary share > 0)."""
-    return {"critique": rc.sft.aux_critique_share > 0, "correct": rc.sft.aux_correct_share > 0}
+    """{"critique": bool, "correct": bool}: the formats the own-attempt stage writes rows of -- by default
+    (`sft.own_attempt_formats = "aux"`) those the warm-up teaches with an auxiliary share > 0, else the named ones."""
+    spec = rc.sft.own_attempt_formats
+    if spec == "aux":
+        return {"critique": rc.sft.aux_critique_share > 0, "correct": rc.sft.aux_correct_share > 0}
+    names = [n.strip() for n in spec.split(",")]
+    bad = [n for n in names if n not in OWN_ATTEMPT_FORMATS]
+    if bad or not spec.strip():
+        raise ValueError(f"config sft.own_attempt_formats={spec!r}: use 'aux' or a comma list of "
+                         f"{' | '.join(OWN_ATTEMPT_FORMATS)} (unknown: {bad or [spec]})")
+    return {f: f in names for f in OWN_ATTEMPT_FORMATS}
 
 
 def check_own_attempts(rc: RunConfig) -> None:
@@ -106,6 +117,7 @@ def check_own_attempts(rc: RunConfig) -> None:
     s = rc.sft
     if s.own_attempt_steps < 0:
         raise ValueError(f"config sft.own_attempt_steps={s.own_attempt_steps} must be >= 0 (0 = no own-attempt rows)")
+    formats = own_attempt_formats(rc)  # a misspelt format list is refused even with the stage off
     if s.own_attempt_steps == 0:
         return
     if s.steps <= 0:
@@ -114,9 +126,10 @@ def check_own_attempts(rc: RunConfig) -> None:
     if rc.data.source not in AUX_FORMATS:
         raise ValueError(f"config sft.own_attempt_steps > 0 needs a testbed task ({' | '.join(AUX_FORMATS)}) to grade "
                          f"and critique the attempts, got data.source={rc.data.source!r}; set own_attempt_steps=0")
-    if not any(own_attempt_formats(rc).values()):
+    if not any(formats.values()):
         raise ValueError("config sft.own_attempt_steps > 0 writes critique and/or correction rows of the policy's own "
-                         "attempts: set sft.aux_critique_share or sft.aux_correct_share > 0 (the formats it extends)")
+                         "attempts: set sft.aux_critique_share or sft.aux_correct_share > 0 (the formats it extends), "
+                         "or name them in sft.own_attempt_formats")
     if not 0 < s.own_attempt_questions <= s.examples:
         raise ValueError(f"config sft.own_attempt_questions={s.own_attempt_questions} must be in [1, sft.examples="
                          f"{s.examples}]: it samples on warm-up questions only (RL's are kept unseen)")
