@@ -403,6 +403,31 @@ def test_probe_grades_a_written_check_line_by_line_per_flag_and_mark():
     assert g["line_copied"] == 1 / 8 and g["mark_right"]["ok"] == [0.0, 6] and g["mark_right"]["changed"] == [1.0, 1]
 
 
+def test_probe_own_check_rows_are_the_checks_of_the_policys_own_distinct_attempts_balanced():
+    """testbed_probe.own_check_rows: one row per distinct wrong attempt and as many right ones, each target the
+    task's check of that very answer then the checker's verdict."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
+                                    "research"))
+    os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
+    from jaxrl_reason.data.datasets import Example
+    from testbed_probe import own_check_rows
+
+    e = Example(LQ, "", "q0", ls.solution_text(LSQ), {"source": "latin_square"})
+    changed, repeat = list(LSQ), list(LSQ)
+    changed[0] = "B"
+    repeat[1] = "A"  # row 1's blank filled with a symbol the row already holds
+    right, wrong1, wrong2 = (ls.solution_text(x) for x in (LSQ, changed, repeat))
+    texts = [wrong1, right, wrong1, wrong2, right]  # a wrong attempt sampled twice counts once
+    rows = own_check_rows("latin_square", [e] * 5, texts, [False, True, False, False, True], seed=0)
+    assert len(rows) == 2  # min(2 distinct wrong, 1 distinct right) of each
+    verdicts = sorted(r.solution.rsplit("\n", 1)[1] for r in rows)
+    assert verdicts == sorted([VERIFY_NO, VERIFY_YES])
+    for r in rows:
+        text = r.meta["solution"]
+        assert r.solution == f"{ls.check_text(LQ, ls.parse_answer(text))}\n{VERIFY_YES if text == right else VERIFY_NO}"
+        assert text in r.question and r.meta["attempt"] == "own"
+
+
 def _latin_cfg(tmp_path, **data):
     c = _tiny_cfg(tmp_path)
     c.data.source = "latin_square"

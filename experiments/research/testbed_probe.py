@@ -12,7 +12,8 @@
    "Yes") / (injected wrong solution, "No") pairs, the wrong kinds drawn from the task's INJECT_WEIGHTS;
    with --verify-format worked_check those pairs' targets are the task's worked check then the verdict, trained
    by next-token SFT on the whole target (with worked-solution rows beside them), and the verifier writes its
-   check (greedy, at most --check-tokens) before the score is read.
+   check (greedy, at most --check-tokens) before the score is read; --check-own K adds the checks of the
+   policy's own attempts (K per training question) to those pairs.
 The SFT model is kept in <workdir>/sft_model and reused by a later call with the same workdir.
 Scores come from `inference.test_time.evaluate` and `inference.diagnostics.verifier_quality`.
 """
@@ -79,6 +80,32 @@ def worked_check_pairs(source: str, examples, seed: int, extent: str = "minimal"
     return rows
 
 
+def own_check_rows(source: str, examples, texts, labels, seed: int) -> list:
+    """Worked-check verify rows of the policy's *own* attempts (`texts[i]` answers `examples[i]`, `labels[i]` its
+    grade): each distinct wrong attempt and as many distinct right ones (drawn with `seed`), the target the task's
+    check of that very answer then the verdict. Injected wrong answers are not the policy's (a rewritten given is
+    its commonest error after the check SFT, docs/results/testbed.md run 13); these rows show the verifier its own."""
+    import numpy as np
+
+    from jaxrl_reason.data import testbed
+    from jaxrl_reason.data.datasets import Example
+    from jaxrl_reason.data.prompts import verify_prompt
+
+    task, seen, right, wrong = testbed.task_of(source), set(), [], []
+    for e, text, ok in zip(examples, texts, labels):
+        if (e.question, text) not in seen:
+            seen.add((e.question, text))
+            (right if ok else wrong).append((e, text))
+    n = min(len(right), len(wrong))
+    rng = np.random.default_rng(seed)
+    chosen = [wrong[i] for i in sorted(rng.permutation(len(wrong))[:n])] + \
+        [right[i] for i in sorted(rng.permutation(len(right))[:n])]
+    return [Example(verify_prompt(e.question, text), "", f"{e.id}/own_check{i}",
+                    testbed.verify_target(task, e.question, text, "worked_check"),
+                    {"format": "verify", "question": e.question, "solution": text, "attempt": "own"})
+            for i, (e, text) in enumerate(chosen)]
+
+
 def grade_check_lines(true_checks, written_checks) -> dict:
     """A written worked check against the true one, line by line (lines paired in order, a missing line graded
     as wrong): `line_copied`, the share whose first segment (the line without its mark, up to the first " | ") is
@@ -138,6 +165,23 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
 
     before = held_report()
     pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed, rc.data.inject_extent)
+    own = {}
+    if args.check_own:
+        import jax
+
+        from jaxrl_reason.train.verify_warmup import sample_labelled_solutions
+
+        train_qs = list(qs[n_held:])
+        _, texts, graded = sample_labelled_solutions(
+            model, tokenizer, train_qs, task.reward_fn, samples_per_question=args.check_own,
+            max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature,
+            key=jax.random.PRNGKey(rc.seed + 2), prompt_fn=task.prompt_fn)
+        rows = own_check_rows(rc.data.source, [e for e in train_qs for _ in range(args.check_own)], texts, graded,
+                              rc.seed + 2)
+        own = {"own_rows": len(rows), "own_right_frac_sampled": float(graded.mean()),
+               "own_marks": dict(collections.Counter(ln.rsplit(" ", 1)[1] for r in rows
+                                                     for ln in r.solution.split("\n")[:-1]))}
+        pairs += rows
     turns = frozenset(r.question for r in pairs)
     solve = list(task.train[:max(1, int(len(pairs) * args.check_solve_share))])
     prompt_fn = lambda q: q if q in turns else task.prompt_fn(q)  # noqa: E731
@@ -145,12 +189,13 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
                      batch_size=rc.sft.verify_batch_size + rc.sft.verify_solve_rows, lr=args.verify_lr,
                      warmup_steps=rc.sft.warmup_steps, seed=rc.seed, progress=False, prompt_fn=prompt_fn)
     after = held_report()
-    return {"rows": 0, "contrast_rows": len(pairs), "solve_rows": len(solve), "heldout_rows": len(held),
+    return {"rows": 0, "contrast_rows": len(pairs) - own.get("own_rows", 0), **own, "solve_rows": len(solve),
+            "heldout_rows": len(held),
             "before_bal_acc": before.pop("bal_acc"), "after_bal_acc": after.pop("bal_acc"), "heldout_check": after,
             "first_nll": hist[0]["sft/nll"], "last_nll": hist[-1]["sft/nll"]}
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default=os.path.join(CONFIGS, "testbed_rlv.py"))
     p.add_argument("--workdir", default="runs/testbed_probe")
@@ -174,13 +219,18 @@ def main():
     p.add_argument("--check-solve-share", type=float, default=0.25,
                    help="worked_check: worked-solution rows per verify row in its SFT (a check row has ~6x the "
                         "target tokens of a solution, so the token share of solving is far smaller)")
+    p.add_argument("--check-own", type=int, default=0, metavar="K",
+                   help="worked_check: also train on the checks of the policy's own attempts, K samples per "
+                        "verify question at the training temperature (each distinct wrong one, as many right)")
     p.add_argument("--latin-blanks", type=int, default=0,
                    help="latin_square blanks per grid (0 = the config's data.latin_blanks)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KNOB=VALUE",
                    help="override any config knob, e.g. --set sft.lr=1e-3 (repeatable)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.verify_format == "worked_check" and not (args.contrast and args.verify_samples == 0):
         p.error("--verify-format worked_check trains on contrast pairs only: add --contrast --verify-samples 0")
+    if args.check_own and args.verify_format != "worked_check":
+        p.error("--check-own writes worked-check rows: add --verify-format worked_check")
 
     from absl import logging
 
