@@ -639,6 +639,21 @@ def test_own_attempt_rows_quote_the_attempt_verbatim_and_teach_the_fix():
         testbed.own_attempt_rows(ls.TASK, attempts, critique=False, correct=False, seed=0)
 
 
+def test_own_attempt_keep_rows_review_a_right_attempt_and_keep_it_verbatim():
+    from jaxrl_reason.data import testbed
+
+    _, attempts = _own_attempts()
+    right_texts = [t for e, t in attempts if ls.check(e.question, t)]
+    for share, n_keep in ((0.5, 2), (2.0, 3)):  # of the 4 correction rows; at most the 3 distinct right attempts
+        rows = testbed.own_attempt_rows(ls.TASK, attempts, critique=False, correct=True, seed=0, keep_share=share)
+        keep = [r for r in rows if r.meta.get("source_right")]
+        assert len(rows) == 4 + n_keep and len(keep) == n_keep
+        for r in keep:
+            attempt = r.question.split("earlier attempt at this problem:\n")[1].split("\n\nReview the attempt")[0]
+            assert attempt == r.solution and attempt in right_texts and r.meta["format"] == "correct"
+        assert len({r.solution for r in keep}) == n_keep
+
+
 def _own_cfg(tmp_path, **sft):
     knobs = dict(aux_verify_share=0.0, aux_correct_share=0.5, own_attempt_steps=2, own_attempt_questions=8,
                  own_attempt_samples=2)
@@ -699,6 +714,8 @@ def test_own_attempt_warmup_runs_after_the_sft_and_reports_its_rows(tmp_path):
     ({"own_attempt_samples": 0}, "own_attempt_samples=0"),
     ({"steps": 0}, "needs the SFT warm-up"),
     ({"own_attempt_solve_share": -1.0}, "own_attempt_solve_share"),
+    ({"own_attempt_keep_share": -0.5}, "own_attempt_keep_share=-0.5 must be >= 0"),
+    ({"own_attempt_keep_share": 1.0, "own_attempt_formats": "critique"}, "keeps right attempts in correction rows"),
 ])
 def test_own_attempt_warmup_is_refused_at_start_up_when_it_cannot_run(tmp_path, change, match):
     from jaxrl_reason.experiment.pipeline import start

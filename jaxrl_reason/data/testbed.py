@@ -156,13 +156,15 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
 
 
 def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]], *, critique: bool, correct: bool,
-                     seed: int) -> list[Example]:
+                     seed: int, keep_share: float = 0.0) -> list[Example]:
     """Warm-up rows from the policy's *own* attempts (`(example, generated text)`, graded here by the task's
     checker), in the layout of `auxiliary_rows`: for `correct`, one CIPO correction per distinct wrong attempt
     (the attempt verbatim, as CIPO's replay prompt holds it -> the worked solution); for `critique`, one CURE
     critique per distinct wrong attempt whose error is of a kind the task critiques (its `inject_weights` kinds;
     an unreadable answer has no row to quote) and as many of the right attempts (`ERROR_FOUND: false`), drawn
-    with `seed`. Injected wrong answers are easier to fix than the policy's own (docs/results/cipo_testbed.md);
+    with `seed`; for `correct` with `keep_share` > 0, also round(keep_share x the correction rows) distinct right
+    attempts, each its own target (a right answer under review is kept: CIPO's successful sources, which the wrong-only
+    rows never show). Injected wrong answers are easier to fix than the policy's own (docs/results/cipo_testbed.md);
     these rows teach the formats on the errors RL and test time will show them."""
     if not (critique or correct):
         raise ValueError("own_attempt_rows: ask for critique and/or correct rows")
@@ -183,6 +185,11 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
                                  "has none")
             rows.append(Example(correction_prompt(e.question, text), e.answer, f"{e.id}/own_correct{i}", e.solution,
                                 meta("correct", question=e.question)))
+        n_keep = min(len(right), int(round(keep_share * len(wrong))))
+        for i in sorted(np.random.default_rng(seed + 1).permutation(len(right))[:n_keep]):
+            e, text = right[i][:2]
+            rows.append(Example(correction_prompt(e.question, text), e.answer, f"{e.id}/own_keep{i}", text,
+                                meta("correct", question=e.question, source_right=True)))
     if critique:
         flawed = [w for w in wrong if w[3] in task.inject_weights]
         rng = np.random.default_rng(seed)

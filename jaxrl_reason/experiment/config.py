@@ -114,6 +114,9 @@ class SftSection:
     # 1e-3 with one solution per row cost the latin_square solver 4.7 greedy points; 5e-4 with three kept it
     own_attempt_lr: float = 5e-4  # its learning rate (cosine schedule)
     own_attempt_solve_share: float = 3.0  # worked solutions mixed in per own-attempt row (keeps the solving skill)
+    # right attempts under review kept verbatim, per wrong-attempt correction row (without them every correction
+    # row rewrites its attempt, so the warm-up learns to change right answers too)
+    own_attempt_keep_share: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

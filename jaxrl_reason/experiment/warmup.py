@@ -135,6 +135,11 @@ def check_own_attempts(rc: RunConfig) -> None:
                          f"{s.examples}]: it samples on warm-up questions only (RL's are kept unseen)")
     if s.own_attempt_samples < 1:
         raise ValueError(f"config sft.own_attempt_samples={s.own_attempt_samples} must be >= 1")
+    if s.own_attempt_keep_share < 0:
+        raise ValueError(f"config sft.own_attempt_keep_share={s.own_attempt_keep_share} must be >= 0")
+    if s.own_attempt_keep_share > 0 and not formats["correct"]:
+        raise ValueError("config sft.own_attempt_keep_share > 0 keeps right attempts in correction rows: add the "
+                         "correct format (sft.aux_correct_share > 0 or sft.own_attempt_formats) or set it to 0")
     if s.own_attempt_solve_share < 0:
         raise ValueError(f"config sft.own_attempt_solve_share={s.own_attempt_solve_share} must be >= 0")
 
@@ -237,7 +242,8 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
         max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature,
         key=jax.random.fold_in(jax.random.PRNGKey(rc.seed), 0x0A77), prompt_fn=task.prompt_fn, mesh=mesh)
     attempts = list(zip([e for e in questions for _ in range(s.own_attempt_samples)], texts))
-    rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, **own_attempt_formats(rc))
+    rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, keep_share=s.own_attempt_keep_share,
+                            **own_attempt_formats(rc))
     if not rows:
         raise ValueError(f"own-attempt warm-up: the policy's {len(texts)} attempts gave no row (all right, or no "
                          "critiquable error); sample more questions (sft.own_attempt_questions) or set "
@@ -253,6 +259,7 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     writer.close()
     formats = [r.meta["format"] for r in rows]
     report = {"attempts": len(texts), "right_frac": float(labels.mean()), "correct_rows": formats.count("correct"),
+              "keep_rows": sum(bool(r.meta.get("source_right")) for r in rows),
               "critique_rows": formats.count("critique"), "solve_rows": n_solve, "seconds": time.time() - t}
     print(f"own-attempt warm-up: {len(texts)} attempts ({report['right_frac']:.1%} right) -> "
           f"{report['correct_rows']} correction + {report['critique_rows']} critique rows, {n_solve} worked "
