@@ -333,6 +333,31 @@ def test_latin_blanks_knob_and_the_cure_preset():
     assert type(make_method(rc.method)).__name__ == "CURE"
 
 
+def test_a_cure_run_whose_critique_budget_cannot_hold_the_tasks_critiques_is_refused_before_training(tmp_path):
+    """Under a task-text BPE a latin_square critique is ~180 tokens; a budget under that would cut every long
+    critique before its hint (the first CURE testbed preset's 96 did)."""
+    from jaxrl_reason.data import testbed
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import check_critique_budget, run, start
+    from jaxrl_reason.methods import method_knobs
+
+    c = _tiny_cfg(tmp_path)
+    c.data.source, c.method.name, c.method.extra = "latin_square", "cure", method_knobs("cure")
+    c.method.extra.critique_max_new_tokens = 16
+    with pytest.raises(ValueError, match="critique_max_new_tokens=16 is shorter than a latin_square critique"):
+        run(c)
+    assert not (tmp_path / "sft_model").exists()  # refused before the warm-up
+    rc, method = start(c)
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    need = testbed.longest_critique(testbed.task_of("latin_square"), task.train[:32], lambda t: len(tok.encode(t)))
+    assert need > 16
+    c.method.extra.critique_max_new_tokens = need
+    rc, method = start(c)
+    check_critique_budget(rc, method, tok, task)  # the whole critique fits, verdict line included
+
+
 def test_the_cure_preset_warms_up_exactly_as_the_cipo_preset_before_its_own_attempt_stage():
     """One SFT model serves both benches: every knob the SFT warm-up and its tokenizer read is the same."""
     import dataclasses

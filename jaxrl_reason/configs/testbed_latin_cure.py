@@ -7,7 +7,7 @@ CURE-vs-GRPO comparison runs it through
 
 Knobs scaled from the paper's run (METHODS.md §3: 128 prompts x K = 4 solves, a critique batch of 256, M = 4
 guided re-solves) to 2 CPU cores: 8 prompts x K = 4 solves, every CURE knob at its default otherwise
-(`method_knobs("cure")`), critiques of up to 96 tokens (a latin_square critique target is ~70).
+(`method_knobs("cure")`), critiques of up to 192 tokens.
 """
 from jaxrl_reason.configs.testbed_latin import get_config as testbed_latin
 from jaxrl_reason.methods import method_knobs
@@ -21,7 +21,9 @@ def get_config():
     for knob in ("aggregation", "eps_low", "eps_high", "dual_clip", "beta"):
         setattr(c.method, knob, getattr(PAPER_LOSS, knob))
     c.method.extra = method_knobs("cure")
-    c.method.extra.critique_max_new_tokens = 96
+    # a latin_square critique after its verdict line is up to 183 tokens under the task-text BPE (the run refuses
+    # a budget that cuts it: experiment.pipeline.check_critique_budget); 96 had cut every one before its hint
+    c.method.extra.critique_max_new_tokens = 192
     # The warm-up is the CIPO preset's (testbed_latin_cipo: worked solutions + corrections of spread injected
     # errors, no verification warm-up), so one SFT model serves both benches. With 25% critique rows in the SFT
     # itself the seed-0 solver was 15.2% greedy against the CIPO preset's 52.7% (probably the ~70-token critique

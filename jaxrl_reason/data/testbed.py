@@ -155,6 +155,20 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     return rows
 
 
+def longest_critique(task: TestbedTask, examples: Sequence[Example], count_tokens: Callable[[str], int], *,
+                     seed: int = 0, extent: str = "minimal") -> int:
+    """The most tokens (`count_tokens(text)`) any of the task's critique targets takes over `examples`: the
+    critique of an injected wrong answer and of the worked solution of each. A critique budget below it cuts every
+    such critique before its hint, so none parses."""
+    rng = np.random.default_rng(seed)
+    longest = 0
+    for e in examples:
+        wrong, kind = injected_wrong(task, e, rng, extent)
+        for answer, k in ((wrong, kind), (task.parse(e.solution), None)):
+            longest = max(longest, count_tokens(task.critique_text(e.question, answer, k)))
+    return longest
+
+
 def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]], *, critique: bool, correct: bool,
                      seed: int, keep_share: float = 0.0) -> list[Example]:
     """Warm-up rows from the policy's *own* attempts (`(example, generated text)`, graded here by the task's

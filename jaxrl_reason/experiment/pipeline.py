@@ -26,6 +26,30 @@ def start(cfg):
     return rc, method
 
 
+def check_critique_budget(rc, method, tokenizer, task) -> None:
+    """Fails before any training when a CURE run on a testbed task gives its critiques fewer new tokens than the
+    task's own critiques take under this tokenizer: those would be cut before their hint and fail to parse."""
+    from jaxrl_reason.data.testbed import TASK_MODULES, longest_critique, task_of
+
+    budget = getattr(method, "critique_max_new_tokens", None)
+    if budget is None or rc.data.source not in TASK_MODULES:
+        return
+    from jaxrl_reason.data.prompts import critique_verdict_prefix
+
+    def after_verdict(text: str) -> int:  # the budget counts what follows the teacher-forced verdict line
+        for w in (True, False):
+            text = text.removeprefix(critique_verdict_prefix(w))
+        return len(tokenizer.encode(text))
+
+    need = longest_critique(task_of(rc.data.source), task.train[:32], after_verdict, seed=rc.seed,
+                            extent=rc.data.inject_extent)
+    if need > budget:
+        raise ValueError(f"config method.extra.critique_max_new_tokens={budget} is shorter than a {rc.data.source} "
+                         f"critique after its verdict line under this tokenizer (up to {need} tokens): such critiques "
+                         f"would be cut before their hint and fail to parse; set it to at least {need}, or train the "
+                         "BPE on the critique rows (tokenizer.aux_corpus=True) to shorten them")
+
+
 def run(cfg) -> dict:
     """Trains the run `cfg` describes (a ConfigDict, mapping or RunConfig) and returns its results.json."""
     rc, method = start(cfg)
@@ -55,6 +79,7 @@ def run(cfg) -> dict:
         # test-time strategies on the same split the before/after table uses.
         write_jsonl(task.heldout, os.path.join(workdir, "heldout.jsonl"))
     print(f"data: {len(task.train)} train / {len(task.heldout)} held-out problems; vocab {tokenizer.vocab_size}")
+    check_critique_budget(rc, method, tokenizer, task)
 
     model, warmup_report = warmed_up_policy(rc, tokenizer, task, workdir, mesh)
     results.update(warmup_report)
