@@ -329,7 +329,7 @@ def test_latin_blanks_knob_and_the_cure_preset():
         grid = task.train[0].question.split("Grid: ")[1].split("\n")[0]
         assert grid.split().count("x") + grid.split().count("x,") == blanks
     rc = read_run_config(c)
-    assert rc.sft.own_attempt_steps > 0 and own_attempt_formats(rc) == {"critique": True, "correct": False}
+    assert rc.sft.own_attempt_steps > 0 and own_attempt_formats(rc)["critique"]
     assert type(make_method(rc.method)).__name__ == "CURE"
 
 
@@ -660,8 +660,25 @@ def test_own_attempt_rows_quote_the_attempt_verbatim_and_teach_the_fix():
     assert sum(found) == 3
     only = testbed.own_attempt_rows(ls.TASK, attempts, critique=False, correct=True, seed=0)
     assert [r.meta["format"] for r in only] == ["correct"] * 4
-    with pytest.raises(ValueError, match="critique and/or correct"):
+    with pytest.raises(ValueError, match="critique, correct and/or guided"):
         testbed.own_attempt_rows(ls.TASK, attempts, critique=False, correct=False, seed=0)
+
+
+def test_own_attempt_guided_rows_pose_the_critiques_hint_without_the_attempt():
+    from jaxrl_reason.data import testbed
+    from jaxrl_reason.data.prompts import guided_prompt
+
+    exs, attempts = _own_attempts()
+    rows = testbed.own_attempt_rows(ls.TASK, attempts, critique=True, correct=False, guided=True, seed=0)
+    guided = [r for r in rows if r.meta["format"] == "guided"]
+    hints = [parse_critique(r.solution).hint for r in rows if r.meta["format"] == "critique"
+             and parse_critique(r.solution).error_found]
+    assert len(guided) == 3 and len(hints) == 3  # one per critiqued wrong attempt (not the unreadable one)
+    wrong_texts = [t for e, t in attempts[:6] if not ls.check(e.question, t)]
+    for r, hint in zip(guided, hints):
+        assert r.question == guided_prompt(r.meta["question"], hint)  # the same hint its critique row teaches
+        assert not any(t.split("{")[1] in r.question for t in wrong_texts)  # the attempt is not shown
+        assert ls.check(r.meta["question"], r.solution)
 
 
 def test_own_attempt_keep_rows_review_a_right_attempt_and_keep_it_verbatim():
@@ -754,12 +771,14 @@ def test_own_attempt_formats_follow_the_shares_or_the_named_list(tmp_path):
     from jaxrl_reason.experiment.warmup import own_attempt_formats
 
     rc, _ = start(_own_cfg(tmp_path))  # "aux": the correction share only
-    assert own_attempt_formats(rc) == {"critique": False, "correct": True}
+    assert own_attempt_formats(rc) == {"critique": False, "correct": True, "guided": False}
     # a format the SFT rows left out (CURE critiques on a warm-up that taught corrections only)
     rc, _ = start(_own_cfg(tmp_path, own_attempt_formats="critique"))
-    assert own_attempt_formats(rc) == {"critique": True, "correct": False}
+    assert own_attempt_formats(rc) == {"critique": True, "correct": False, "guided": False}
     rc, _ = start(_own_cfg(tmp_path, aux_correct_share=0.0, own_attempt_formats="correct, critique"))
-    assert own_attempt_formats(rc) == {"critique": True, "correct": True}
+    assert own_attempt_formats(rc) == {"critique": True, "correct": True, "guided": False}
+    rc, _ = start(_own_cfg(tmp_path, own_attempt_formats="critique,guided"))
+    assert own_attempt_formats(rc) == {"critique": True, "correct": False, "guided": True}
     for bad in ("critiques", "", "aux,correct"):  # refused at start-up, even with the stage off
         with pytest.raises(ValueError, match="own_attempt_formats="):
             start(_own_cfg(tmp_path, own_attempt_formats=bad, own_attempt_steps=0))

@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from jaxrl_reason.data.datasets import Example
-from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, verify_prompt
+from jaxrl_reason.data.prompts import (VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, guided_prompt,
+                                       parse_critique, verify_prompt)
 from jaxrl_reason.rewards.base import RewardResult
 
 
@@ -170,7 +171,7 @@ def longest_critique(task: TestbedTask, examples: Sequence[Example], count_token
 
 
 def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]], *, critique: bool, correct: bool,
-                     seed: int, keep_share: float = 0.0) -> list[Example]:
+                     seed: int, keep_share: float = 0.0, guided: bool = False) -> list[Example]:
     """Warm-up rows from the policy's *own* attempts (`(example, generated text)`, graded here by the task's
     checker), in the layout of `auxiliary_rows`: for `correct`, one CIPO correction per distinct wrong attempt
     (the attempt verbatim, as CIPO's replay prompt holds it -> the worked solution); for `critique`, one CURE
@@ -178,10 +179,12 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
     an unreadable answer has no row to quote) and as many of the right attempts (`ERROR_FOUND: false`), drawn
     with `seed`; for `correct` with `keep_share` > 0, also round(keep_share x the correction rows) distinct right
     attempts, each its own target (a right answer under review is kept: CIPO's successful sources, which the wrong-only
-    rows never show). Injected wrong answers are easier to fix than the policy's own (docs/results/cipo_testbed.md);
-    these rows teach the formats on the errors RL and test time will show them."""
-    if not (critique or correct):
-        raise ValueError("own_attempt_rows: ask for critique and/or correct rows")
+    rows never show); for `guided`, one CURE guided re-solve per critiqued wrong attempt (the problem and that
+    critique's hint, the attempt not shown -> the worked solution). Injected wrong answers are easier to fix than the
+    policy's own (docs/results/cipo_testbed.md); these rows teach the formats on the errors RL and test time will
+    show them."""
+    if not (critique or correct or guided):
+        raise ValueError("own_attempt_rows: ask for critique, correct and/or guided rows")
     meta = lambda fmt, **kw: {"source": task.source, "format": fmt, "attempt": "own", **kw}  # noqa: E731
     seen, wrong, right = set(), [], []
     for e, text in attempts:
@@ -204,8 +207,13 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
             e, text = right[i][:2]
             rows.append(Example(correction_prompt(e.question, text), e.answer, f"{e.id}/own_keep{i}", text,
                                 meta("correct", question=e.question, source_right=True)))
+    flawed = [w for w in wrong if w[3] in task.inject_weights]
+    if guided:
+        for i, (e, _, answer, kind) in enumerate(flawed):
+            hint = parse_critique(task.critique_text(e.question, answer, kind)).hint
+            rows.append(Example(guided_prompt(e.question, hint), e.answer, f"{e.id}/own_guided{i}", e.solution,
+                                meta("guided", question=e.question)))
     if critique:
-        flawed = [w for w in wrong if w[3] in task.inject_weights]
         rng = np.random.default_rng(seed)
         keep = rng.permutation(len(right))[:len(flawed)]
         for i, (e, text, answer, kind) in enumerate(flawed + [right[j] for j in sorted(keep)]):

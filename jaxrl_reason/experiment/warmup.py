@@ -95,15 +95,16 @@ def check_aux_formats(rc: RunConfig) -> None:
                              "one-token verdict only: set sft.verify_steps=0")
 
 
-OWN_ATTEMPT_FORMATS = ("critique", "correct")
+OWN_ATTEMPT_FORMATS = ("critique", "correct", "guided")
 
 
 def own_attempt_formats(rc: RunConfig) -> dict:
-    """{"critique": bool, "correct": bool}: the formats the own-attempt stage writes rows of -- by default
-    (`sft.own_attempt_formats = "aux"`) those the warm-up teaches with an auxiliary share > 0, else the named ones."""
+    """{"critique": bool, "correct": bool, "guided": bool}: the formats the own-attempt stage writes rows of -- by
+    default (`sft.own_attempt_formats = "aux"`) those the warm-up teaches with an auxiliary share > 0 (there is no
+    guided share), else the named ones."""
     spec = rc.sft.own_attempt_formats
     if spec == "aux":
-        return {"critique": rc.sft.aux_critique_share > 0, "correct": rc.sft.aux_correct_share > 0}
+        return {"critique": rc.sft.aux_critique_share > 0, "correct": rc.sft.aux_correct_share > 0, "guided": False}
     names = [n.strip() for n in spec.split(",")]
     bad = [n for n in names if n not in OWN_ATTEMPT_FORMATS]
     if bad or not spec.strip():
@@ -260,10 +261,11 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     formats = [r.meta["format"] for r in rows]
     report = {"attempts": len(texts), "right_frac": float(labels.mean()), "correct_rows": formats.count("correct"),
               "keep_rows": sum(bool(r.meta.get("source_right")) for r in rows),
-              "critique_rows": formats.count("critique"), "solve_rows": n_solve, "seconds": time.time() - t}
+              "critique_rows": formats.count("critique"), "guided_rows": formats.count("guided"),
+              "solve_rows": n_solve, "seconds": time.time() - t}
     print(f"own-attempt warm-up: {len(texts)} attempts ({report['right_frac']:.1%} right) -> "
-          f"{report['correct_rows']} correction + {report['critique_rows']} critique rows, {n_solve} worked "
-          f"solutions, {s.own_attempt_steps} steps")
+          f"{report['correct_rows']} correction + {report['critique_rows']} critique + {report['guided_rows']} guided "
+          f"rows, {n_solve} worked solutions, {s.own_attempt_steps} steps")
     return report
 
 
