@@ -1,13 +1,13 @@
-"""CURE on the 4x4 Latin-square testbed: the task and SFT warm-up of `testbed_latin_cipo`, then critique rows of
-the warmed-up policy's own attempts (`sft.own_attempt_*`) so that a from-scratch model has seen the four-field
-format before CURE trains it (the paper starts from instruct models that already follow such prompts). The
-CURE-vs-GRPO comparison runs it through
+"""CURE on the 4x4 Latin-square testbed: the task of `testbed_latin`, a BPE trained on the critique rows, an SFT
+warm-up with 10% critique rows, then critiques and hint-guided re-solves of the warmed-up policy's own attempts
+(`sft.own_attempt_*`), so that a from-scratch model has seen every CURE prompt before CURE trains it (the paper
+starts from instruct models that already follow such prompts). The CURE-vs-GRPO comparison runs it through
 
     python experiments/research/bench_cure.py --config experiments/configs/testbed_latin_cure.py
 
 Knobs scaled from the paper's run (METHODS.md §3: 128 prompts x K = 4 solves, a critique batch of 256, M = 4
 guided re-solves) to 2 CPU cores: 8 prompts x K = 4 solves, every CURE knob at its default otherwise
-(`method_knobs("cure")`), critiques of up to 192 tokens.
+(`method_knobs("cure")`), critiques of up to 160 tokens.
 """
 from jaxrl_reason.configs.testbed_latin import get_config as testbed_latin
 from jaxrl_reason.methods import method_knobs
@@ -21,20 +21,23 @@ def get_config():
     for knob in ("aggregation", "eps_low", "eps_high", "dual_clip", "beta"):
         setattr(c.method, knob, getattr(PAPER_LOSS, knob))
     c.method.extra = method_knobs("cure")
-    # a latin_square critique after its verdict line is up to 183 tokens under the task-text BPE (the run refuses
-    # a budget that cuts it: experiment.pipeline.check_critique_budget); 96 had cut every one before its hint
-    c.method.extra.critique_max_new_tokens = 192
-    # The warm-up is the CIPO preset's (testbed_latin_cipo: worked solutions + corrections of spread injected
-    # errors, no verification warm-up), so one SFT model serves both benches. With 25% critique rows in the SFT
-    # itself the seed-0 solver was 15.2% greedy against the CIPO preset's 52.7% (probably the ~70-token critique
-    # targets outweighing 22-token grids under the token-mean loss) and its verify warm-up fell to 45% balanced
-    # (docs/results/cure_testbed.md). Critiques are taught afterwards on the policy's own attempts instead.
+    # a latin_square critique after its verdict line is up to ~112 tokens under this BPE (183 under the task-text
+    # one); the run refuses a budget that cuts it (experiment.pipeline.check_critique_budget)
+    c.method.extra.critique_max_new_tokens = 160
+    # The warm-up (docs/results/cure_testbed.md, seed 0): 25% critique rows in the SFT left a 15% solver; under the
+    # task-text BPE a critique is spelt from 1-3-character pieces (up to 183 tokens) and none came out well-formed.
+    # A BPE trained on the critique rows shortens it to ~110 tokens; with 10% critique rows in the SFT and the
+    # own-attempt stage, 78% of critiques parse and the solver keeps 45%.
+    c.tokenizer.aux_corpus = True
+    c.tokenizer.vocab_size = 512
     c.sft.verify_steps = 0  # CURE's verdict is the critique's, not the verify prompt's
-    c.sft.aux_correct_share = 0.25
-    c.data.inject_extent = "spread"
+    c.sft.aux_critique_share = 0.1
+    c.data.inject_extent = "spread"  # injected errors shaped like the policy's own
+    # critiques of its own attempts, and hint-guided re-solves: a prompt the SFT never shows (without these rows
+    # the guided re-solve took round-1 accuracy from 41% to 11%)
     c.sft.own_attempt_steps = 400
-    c.sft.own_attempt_formats = "critique"  # a critique of each distinct wrong attempt, as many right ones
+    c.sft.own_attempt_formats = "critique,guided"
     c.sft.own_attempt_solve_share = 2.0
-    c.model.max_position_embeddings = 1024  # a critique prompt with its grid and instructions is ~500 tokens
+    c.model.max_position_embeddings = 1024  # a critique prompt is ~180 tokens under this BPE, then its critique
     c.rl.samples_per_prompt = 4  # K, as in the paper run
     return c
