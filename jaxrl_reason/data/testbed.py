@@ -159,8 +159,8 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
 def longest_critique(task: TestbedTask, examples: Sequence[Example], count_tokens: Callable[[str], int], *,
                      seed: int = 0, extent: str = "minimal") -> int:
     """The most tokens (`count_tokens(text)`) any of the task's critique targets takes over `examples`: the
-    critique of an injected wrong answer and of the worked solution of each. A critique budget below it cuts every
-    such critique before its hint, so none parses."""
+    critique of an injected wrong answer and of the worked solution of each. A critique budget below it cuts the
+    longest critiques before their hint, so they do not parse."""
     rng = np.random.default_rng(seed)
     longest = 0
     for e in examples:

@@ -105,7 +105,8 @@ class SftSection:
     aux_verify_share: float = 0.0  # RL^V verify rows (problem + right/wrong solution -> "Yes"/"No")
     aux_critique_share: float = 0.0  # CURE four-field critiques of right and wrong solutions
     aux_correct_share: float = 0.0  # CIPO corrections (wrong attempt -> worked solution)
-    # Then critique / correction rows built from the warmed-up policy's own attempts (data.testbed.own_attempt_rows): its wrong answers are unlike injected ones (docs/methods/testbed.md)
+    # Then rows built from the warmed-up policy's own attempts (data.testbed.own_attempt_rows): its wrong answers are
+    # unlike injected ones (docs/methods/testbed.md)
     own_attempt_steps: int = 0  # SFT steps on the own-attempt rows after the warm-up (0 = none)
     # aux: the formats above with a share > 0 | a comma list of critique, correct, guided (CURE's hint-guided
     # re-solve: problem + the critique's hint -> the worked solution), e.g. formats the SFT rows left out
