@@ -162,7 +162,8 @@ def main(argv=None):
     table = "\n".join(lines)
     print("\n" + table)
     rho_plot(cipo_dirs, os.path.join(root, "rho.png"))
-    json.dump({"per_seed": per_seed, "medians": med, "args": {**vars(args), "overrides": list(overrides)}, "seconds": time.time() - t0},
+    json.dump({"per_seed": per_seed, "medians": med, "args": {**vars(args), "overrides": list(overrides)},
+               "seconds": time.time() - t0},
               open(os.path.join(root, "summary.json"), "w"), indent=2)
     open(os.path.join(root, "summary.md"), "w").write(table + "\n")
     return per_seed

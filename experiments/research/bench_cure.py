@@ -136,7 +136,8 @@ def main(argv=None):
               f"4. CURE pass@1 >= GRPO's - 2 points: {med['cure_pass1'] >= med['grpo_pass1'] - 0.02}"]
     table = "\n".join(lines)
     print("\n" + table)
-    json.dump({"per_seed": per_seed, "medians": med, "args": {**vars(args), "overrides": list(overrides)}, "seconds": time.time() - t0},
+    json.dump({"per_seed": per_seed, "medians": med, "args": {**vars(args), "overrides": list(overrides)},
+               "seconds": time.time() - t0},
               open(os.path.join(root, "summary.json"), "w"), indent=2)
     open(os.path.join(root, "summary.md"), "w").write(table + "\n")
     return per_seed
