@@ -737,6 +737,33 @@ def test_own_attempt_warmup_runs_after_the_sft_and_reports_its_rows(tmp_path):
                                  "--config.sft.own_attempt_steps=1", "--config.seed=5"])
 
 
+def test_guided_probe_scores_the_plain_and_the_guided_prompt_on_a_run(tmp_path):
+    """experiments/research/guided_probe.py on a 3-step warm-up: plain and guided accuracies in [0, 1], the true-hint
+    accuracy over the plain attempt's critiqued wrong answers, and the guided prompt it posed."""
+    from jaxrl_reason.data.datasets import write_jsonl
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import warmed_up_policy
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
+                                    "research"))
+    os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
+    import guided_probe
+
+    rc, _ = start(_own_cfg(tmp_path, own_attempt_steps=0))
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    warmed_up_policy(rc, tok, task, str(tmp_path))
+    write_jsonl(task.heldout, tmp_path / "heldout.jsonl")
+    out = guided_probe.main(["--run", str(tmp_path), "--questions", "4"])
+    assert out["questions"] == 4 and 0.0 <= out["plain"] <= 1.0 and 0.0 <= out["guided_generic_hint"] <= 1.0
+    assert 0 <= out["wrong_critiqued"] <= 4
+    if out["wrong_critiqued"]:
+        assert 0.0 <= out["guided_true_hint_on_wrong"] <= 1.0 and "Guidance for solving" in out["example_prompt"]
+    assert json.loads((tmp_path / "guided_probe.json").read_text()) == out
+
+
 @pytest.mark.parametrize("change, match", [
     ({"aux_correct_share": 0.0}, "set sft.aux_critique_share or sft.aux_correct_share"),
     ({"own_attempt_questions": 41}, "own_attempt_questions=41 must be in"),
