@@ -38,7 +38,7 @@ def main(argv=None):
 
     from jaxrl_reason.data import testbed
     from jaxrl_reason.data.datasets import load_examples
-    from jaxrl_reason.data.prompts import guided_prompt, parse_critique, solve_prompt
+    from jaxrl_reason.data.prompts import guided_prompt, solve_prompt
     from jaxrl_reason.models.hf_port import load_pretrained
     from jaxrl_reason.tokenization import Tokenizer
     from jaxrl_reason.train.trainer import evaluate_accuracy
@@ -54,20 +54,17 @@ def main(argv=None):
     params = nnx.state(model)
     reward = functools.partial(testbed.reward, task)
 
-    def hint(question, answer, kind) -> str:
-        return parse_critique(task.critique_text(question, answer, kind)).hint
-
     _, texts, right = sample_labelled_solutions(model, tok, examples, reward, samples_per_question=1,
                                                 max_new_tokens=args.max_new_tokens, temperature=0.0,
                                                 key=jax.random.PRNGKey(0), prompt_fn=solve_prompt)  # the testbed sources pose with it
-    generic = {e.question: hint(e.question, task.parse(e.solution), None) for e in examples}
+    generic = {e.question: testbed.critique_hint(task, e.question, task.parse(e.solution), None) for e in examples}
     wrong, own = [], {}
     for e, text, ok in zip(examples, texts, right):
         answer = task.parse(text)
         kind = task.error_kind(e.question, answer)
         if not ok and kind in task.inject_weights:
             wrong.append(e)
-            own[e.question] = hint(e.question, answer, kind)
+            own[e.question] = testbed.critique_hint(task, e.question, answer, kind)
 
     def guided_acc(exs, hints) -> float:
         return evaluate_accuracy(model, params, tok, exs, reward, max_new_tokens=args.max_new_tokens,

@@ -156,6 +156,12 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     return rows
 
 
+def critique_hint(task: TestbedTask, question: str, answer: Any, kind: Optional[str]) -> str:
+    """The HIGH_LEVEL_HINT of the task's own critique of `answer` (a strategy when `kind` is None): what a critic
+    that read the answer right hands CURE's guided re-solve."""
+    return parse_critique(task.critique_text(question, answer, kind)).hint
+
+
 def longest_critique(task: TestbedTask, examples: Sequence[Example], count_tokens: Callable[[str], int], *,
                      seed: int = 0, extent: str = "minimal") -> int:
     """The most tokens (`count_tokens(text)`) any of the task's critique targets takes over `examples`: the
@@ -210,7 +216,7 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
     flawed = [w for w in wrong if w[3] in task.inject_weights]
     if guided:
         for i, (e, _, answer, kind) in enumerate(flawed):
-            hint = parse_critique(task.critique_text(e.question, answer, kind)).hint
+            hint = critique_hint(task, e.question, answer, kind)
             rows.append(Example(guided_prompt(e.question, hint), e.answer, f"{e.id}/own_guided{i}", e.solution,
                                 meta("guided", question=e.question)))
     if critique:
