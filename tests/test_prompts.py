@@ -50,6 +50,15 @@ def test_guided_prompt_shows_hint_not_attempt():
     assert "32" not in p  # the wrong attempt's answer cannot leak: the function has no attempt argument
 
 
+def test_guided_prompt_layout_first_puts_the_hint_before_an_unchanged_solve_prompt():
+    hint = "Add the tens and the ones separately and then combine the two partial sums."
+    p = guided_prompt(Q, hint, layout="first")
+    assert p.endswith(solve_prompt(Q)) and p.index(hint) < p.index(Q)
+    assert guided_prompt(Q, hint) == guided_prompt(Q, hint, layout="after") != p
+    with pytest.raises(ValueError, match="layout must be one of"):
+        guided_prompt(Q, hint, layout="before")
+
+
 def test_correction_prompt():
     p = correction_prompt(Q, SOL)
     assert p.index(Q) < p.index(SOL)

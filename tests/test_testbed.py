@@ -134,6 +134,10 @@ def test_sft_examples_mix_the_auxiliary_formats_by_their_shares(tmp_path):
     rows, prompt_fn = sft_examples(rc, task)
     fmts = [r.meta.get("format", "solve") for r in rows]
     assert (fmts.count("solve"), fmts.count("verify"), fmts.count("critique"), fmts.count("correct")) == (40, 20, 10, 0)
+    assert fmts.count("guided") == 0
+    rc_g = read_run_config(_tiny_cfg(tmp_path, aux_critique_share=0.25, aux_guided_share=0.5))
+    fmts = [r.meta.get("format", "solve") for r in sft_examples(rc_g, task)[0]]
+    assert (fmts.count("solve"), fmts.count("critique"), fmts.count("guided")) == (40, 10, 20)
     aux = rows[-1]
     assert prompt_fn(aux.question) == aux.question  # an auxiliary row is its own user turn
     assert prompt_fn(rows[0].question) == task.prompt_fn(rows[0].question)
@@ -292,6 +296,29 @@ def test_other_tasks_critiques_parse_and_corrections_pass(mod):
             s = r.question.split("Solution:\n")[1].split("\n\nIs this solution")[0]
             assert (r.solution == VERIFY_YES) == mod.check(q, s)
     assert 0 < sum(verdicts) < len(verdicts)
+
+
+@pytest.mark.parametrize("mod", [gp, gc, ls])
+def test_guided_rows_pose_a_wrong_attempts_hint_and_target_the_worked_solution(mod):
+    """auxiliary_rows(guided=n): CURE's guided re-solve on the task's own problems -- the problem and the hint of
+    the critique of an injected wrong attempt (never the attempt), the worked solution as the target."""
+    from jaxrl_reason.data import testbed
+    from jaxrl_reason.data.prompts import guided_prompt
+
+    exs = {gp: lambda: gp.graph_path_examples(20, seed=4), gc: lambda: gc.graph_colour_examples(20, seed=4),
+           ls: lambda: ls.latin_square_examples(20, seed=4)}[mod]()
+    rows = mod.auxiliary_rows(exs, verify=0, critique=0, correct=0, guided=25, seed=1)
+    assert [r.meta["format"] for r in rows] == ["guided"] * 25
+    critiques = mod.auxiliary_rows(exs, verify=0, critique=40, correct=0, seed=1)
+    task_hints = {parse_critique(r.solution).hint for r in critiques if parse_critique(r.solution).error_found}
+    strategy = {testbed.critique_hint(mod.TASK, e.question, mod.TASK.parse(e.solution), None) for e in exs}
+    for r in rows:
+        q = r.meta["question"]
+        hint = r.question.split("Guidance for solving this problem:\n")[1].split("\n\nWrite a new")[0]
+        assert r.question == guided_prompt(q, hint)
+        assert hint in task_hints and hint not in strategy  # the hint of an error, as a critique would write it
+        assert mod.check(q, r.solution) and r.solution == next(e.solution for e in exs if e.question == q)
+        assert "boxed" not in hint and not re.search(r"\b[A-Za-z]\b", hint.replace(" a ", " ")), hint
 
 
 @pytest.mark.parametrize("source", ["graph_colour", "latin_square"])
@@ -765,7 +792,7 @@ def test_guided_probe_scores_the_plain_and_the_guided_prompt_on_a_run(tmp_path):
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"aux_correct_share": 0.0}, "set sft.aux_critique_share or sft.aux_correct_share"),
+    ({"aux_correct_share": 0.0}, "set sft.aux_critique_share, aux_correct_share or aux_guided_share"),
     ({"own_attempt_questions": 41}, "own_attempt_questions=41 must be in"),
     ({"own_attempt_samples": 0}, "own_attempt_samples=0"),
     ({"steps": 0}, "needs the SFT warm-up"),
@@ -793,6 +820,8 @@ def test_own_attempt_formats_follow_the_shares_or_the_named_list(tmp_path):
     assert own_attempt_formats(rc) == {"critique": True, "correct": True, "guided": False}
     rc, _ = start(_own_cfg(tmp_path, own_attempt_formats="critique,guided"))
     assert own_attempt_formats(rc) == {"critique": True, "correct": False, "guided": True}
+    rc, _ = start(_own_cfg(tmp_path, aux_guided_share=0.1))  # "aux" follows the guided share too
+    assert own_attempt_formats(rc) == {"critique": False, "correct": True, "guided": True}
     for bad in ("critiques", "", "aux,correct"):  # refused at start-up, even with the stage off
         with pytest.raises(ValueError, match="own_attempt_formats="):
             start(_own_cfg(tmp_path, own_attempt_formats=bad, own_attempt_steps=0))

@@ -1,6 +1,6 @@
 """Does a warmed-up testbed model solve under CURE's hint-guided prompt? Greedy, on a run's held-out questions:
 
-    python experiments/research/guided_probe.py --run runs/cure_auxbpe_guided_s0 [--model sft_model] [--questions 256]
+    python experiments/research/guided_probe.py --run runs/cure_auxbpe_guided_s0 [--model sft_model] [--questions 256] [--layout first]
 
 1. plain: the solve prompt (the round-0 attempt);
 2. guided, the task's hint of a right answer: every question under `guided_prompt(question, hint)` with the hint a
@@ -30,6 +30,7 @@ def main(argv=None):
     p.add_argument("--model", default="sft_model", help="the model directory inside --run")
     p.add_argument("--questions", type=int, default=256)
     p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--layout", default="after", help="where the hint stands in the guided prompt: after | first")
     args = p.parse_args(argv)
 
     import jax
@@ -68,14 +69,16 @@ def main(argv=None):
 
     def guided_acc(exs, hints) -> float:
         return evaluate_accuracy(model, params, tok, exs, reward, max_new_tokens=args.max_new_tokens,
-                                 prompt_fn=lambda q: guided_prompt(q, hints[q]))["accuracy"]
+                                 prompt_fn=lambda q: guided_prompt(q, hints[q], args.layout))["accuracy"]
 
     out = {"questions": len(examples), "plain": float(np.mean(right)),
            "guided_generic_hint": guided_acc(examples, generic),
            "wrong_critiqued": len(wrong), "guided_true_hint_on_wrong": guided_acc(wrong, own) if wrong else None,
-           "example_prompt": guided_prompt(wrong[0].question, own[wrong[0].question]) if wrong else None}
+           "layout": args.layout,
+           "example_prompt": guided_prompt(wrong[0].question, own[wrong[0].question], args.layout) if wrong else None}
     print(json.dumps(out, indent=1))
-    json.dump(out, open(os.path.join(args.run, "guided_probe.json"), "w"), indent=1)
+    name = "guided_probe.json" if args.layout == "after" else f"guided_probe_{args.layout}.json"
+    json.dump(out, open(os.path.join(args.run, name), "w"), indent=1)
     return out
 
 

@@ -91,17 +91,33 @@ def critique_verdict_prefix(error_found: bool) -> str:
     return f"ERROR_FOUND: {'true' if error_found else 'false'}\n"
 
 
-def guided_prompt(question: str, hint: str) -> str:
+# Where the hint stands in the guided prompt [choice] (docs/methods/cure.md): "after" is the paper's and the
+# authors' layout (problem, guidance, instruction); "first" puts the guidance before an unchanged solve prompt, so
+# the problem sits at the same distance from the answer as in a plain solve.
+GUIDED_LAYOUTS = ("after", "first")
+
+
+def guided_prompt(question: str, hint: str, layout: str = "after") -> str:
     """Guided re-exploration (METHODS §3.3): the problem and the critique's hint only — the earlier attempt is
-    deliberately not shown, so the new solution is a fresh attempt rather than an edit."""
+    deliberately not shown, so the new solution is a fresh attempt rather than an edit. `layout` is one of
+    GUIDED_LAYOUTS."""
     q = _text(question, "question", "guided_prompt")
     h = _text(hint, "hint", "guided_prompt", model_output=True)
-    return (
-        f"{q}\n\n"
-        f"Guidance for solving this problem:\n{h}\n\n"
-        "Write a new, complete solution that uses this guidance. Do not mention the guidance or that you were "
-        f"given it. {SOLVE_INSTRUCTION}"
-    )
+    if layout == "after":
+        return (
+            f"{q}\n\n"
+            f"Guidance for solving this problem:\n{h}\n\n"
+            "Write a new, complete solution that uses this guidance. Do not mention the guidance or that you were "
+            f"given it. {SOLVE_INSTRUCTION}"
+        )
+    if layout == "first":
+        return (
+            f"Guidance for solving the problem below:\n{h}\n\n"
+            "Write a new, complete solution that uses this guidance. Do not mention the guidance or that you were "
+            "given it.\n\n"
+            f"{solve_prompt(q)}"
+        )
+    raise ValueError(f"guided_prompt: layout must be one of {GUIDED_LAYOUTS}, got {layout!r}")
 
 
 class Critique(NamedTuple):

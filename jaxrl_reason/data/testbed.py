@@ -124,15 +124,18 @@ def bound(task: TestbedTask) -> tuple:
 
 
 def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,
-                   seed: int, verify_format: str = "verdict", inject_extent: str = "minimal") -> list[Example]:
+                   seed: int, verify_format: str = "verdict", inject_extent: str = "minimal",
+                   guided: int = 0) -> list[Example]:
     """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
     whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
-    `critique` CURE critiques (half of wrong solutions, half of right ones) and `correct` CIPO corrections (a
-    wrong attempt -> the worked solution). Examples are cycled when a count exceeds them. `verify_format` as in
-    `verify_target`; the wrong solutions are `injected_wrong(..., extent=inject_extent)`."""
-    if min(verify, critique, correct) < 0:
+    `critique` CURE critiques (half of wrong solutions, half of right ones), `correct` CIPO corrections (a
+    wrong attempt -> the worked solution) and `guided` CURE guided re-solves (the problem and the hint of the
+    critique of a wrong attempt, the attempt not shown -> the worked solution). Examples are cycled when a count
+    exceeds them. `verify_format` as in `verify_target`; the wrong solutions are
+    `injected_wrong(..., extent=inject_extent)`."""
+    if min(verify, critique, correct, guided) < 0:
         raise ValueError("auxiliary_rows: counts must be >= 0")
-    if not examples and verify + critique + correct:
+    if not examples and verify + critique + correct + guided:
         raise ValueError("auxiliary_rows: no examples to build auxiliary rows from")
     rng = np.random.default_rng(seed)
     meta = lambda fmt, **kw: {"source": task.source, "format": fmt, **kw}  # noqa: E731
@@ -153,6 +156,11 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
         a, _ = injected_wrong(task, e, rng, inject_extent)
         rows.append(Example(correction_prompt(e.question, task.solution_text(a)), e.answer, f"{e.id}/correct{i}",
                             e.solution, meta("correct", question=e.question)))
+    for i in range(guided):
+        e = pick(verify + critique + correct + i)
+        a, kind = injected_wrong(task, e, rng, inject_extent)
+        rows.append(Example(guided_prompt(e.question, critique_hint(task, e.question, a, kind)), e.answer,
+                            f"{e.id}/guided{i}", e.solution, meta("guided", question=e.question)))
     return rows
 
 

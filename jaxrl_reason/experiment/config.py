@@ -105,11 +105,12 @@ class SftSection:
     aux_verify_share: float = 0.0  # RL^V verify rows (problem + right/wrong solution -> "Yes"/"No")
     aux_critique_share: float = 0.0  # CURE four-field critiques of right and wrong solutions
     aux_correct_share: float = 0.0  # CIPO corrections (wrong attempt -> worked solution)
+    aux_guided_share: float = 0.0  # CURE guided re-solves (problem + a critique's hint -> worked solution)
     # Then rows built from the warmed-up policy's own attempts (data.testbed.own_attempt_rows): its wrong answers are
     # unlike injected ones (docs/methods/testbed.md)
     own_attempt_steps: int = 0  # SFT steps on the own-attempt rows after the warm-up (0 = none)
-    # aux: the formats above with a share > 0 | a comma list of critique, correct, guided (CURE's hint-guided
-    # re-solve: problem + the critique's hint -> the worked solution), e.g. formats the SFT rows left out
+    # aux: the formats above with a share > 0 | a comma list of critique, correct, guided, e.g. formats the SFT
+    # rows left out
     own_attempt_formats: str = "aux"
     own_attempt_questions: int = 1024  # warm-up questions it samples attempts on (taken from the SFT slice)
     own_attempt_samples: int = 4  # attempts per question, at rl.temperature

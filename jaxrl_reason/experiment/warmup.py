@@ -58,7 +58,7 @@ def check_aux_formats(rc: RunConfig) -> None:
     """Fails at start-up when auxiliary warm-up formats are asked for but the data source cannot write them."""
     s = rc.sft
     shares = {"aux_verify_share": s.aux_verify_share, "aux_critique_share": s.aux_critique_share,
-              "aux_correct_share": s.aux_correct_share}
+              "aux_correct_share": s.aux_correct_share, "aux_guided_share": s.aux_guided_share}
     for name, v in shares.items():
         if v < 0:
             raise ValueError(f"config sft.{name}={v} must be >= 0 (a share of sft.examples)")
@@ -100,11 +100,11 @@ OWN_ATTEMPT_FORMATS = ("critique", "correct", "guided")
 
 def own_attempt_formats(rc: RunConfig) -> dict:
     """{"critique": bool, "correct": bool, "guided": bool}: the formats the own-attempt stage writes rows of -- by
-    default (`sft.own_attempt_formats = "aux"`) those the warm-up teaches with an auxiliary share > 0 (there is no
-    guided share), else the named ones."""
+    default (`sft.own_attempt_formats = "aux"`) those the warm-up teaches with an auxiliary share > 0, else the
+    named ones."""
     spec = rc.sft.own_attempt_formats
     if spec == "aux":
-        return {"critique": rc.sft.aux_critique_share > 0, "correct": rc.sft.aux_correct_share > 0, "guided": False}
+        return {f: getattr(rc.sft, f"aux_{f}_share") > 0 for f in OWN_ATTEMPT_FORMATS}
     names = [n.strip() for n in spec.split(",")]
     bad = [n for n in names if n not in OWN_ATTEMPT_FORMATS]
     if bad or not spec.strip():
@@ -128,9 +128,9 @@ def check_own_attempts(rc: RunConfig) -> None:
         raise ValueError(f"config sft.own_attempt_steps > 0 needs a testbed task ({' | '.join(AUX_FORMATS)}) to grade "
                          f"and critique the attempts, got data.source={rc.data.source!r}; set own_attempt_steps=0")
     if not any(formats.values()):
-        raise ValueError("config sft.own_attempt_steps > 0 writes critique and/or correction rows of the policy's own "
-                         "attempts: set sft.aux_critique_share or sft.aux_correct_share > 0 (the formats it extends), "
-                         "or name them in sft.own_attempt_formats")
+        raise ValueError("config sft.own_attempt_steps > 0 writes critique, correction and/or guided rows of the "
+                         "policy's own attempts: set sft.aux_critique_share, aux_correct_share or aux_guided_share > 0 "
+                         "(the formats it extends), or name them in sft.own_attempt_formats")
     if not 0 < s.own_attempt_questions <= s.examples:
         raise ValueError(f"config sft.own_attempt_questions={s.own_attempt_questions} must be in [1, sft.examples="
                          f"{s.examples}]: it samples on warm-up questions only (RL's are kept unseen)")
@@ -152,7 +152,8 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
     check_aux_formats(rc)
     s = rc.sft
     base = list(task.train[:s.examples])
-    counts = {k: int(round(getattr(s, f"aux_{k}_share") * len(base))) for k in ("verify", "critique", "correct")}
+    counts = {k: int(round(getattr(s, f"aux_{k}_share") * len(base)))
+              for k in ("verify", "critique", "correct", "guided")}
     if not any(counts.values()):
         return base, task.prompt_fn
     aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
