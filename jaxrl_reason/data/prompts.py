@@ -244,15 +244,8 @@ def critique_format_penalty(critique: Critique, *, missing: float = -0.5, short_
 # ----------------------------------------------------------------------------------------------------------------
 def correction_prompt(question: str, attempt: str) -> str:
     """The query, an earlier attempt (correct or not — the prompt does not say), and an instruction to review it
-    and write a corrected complete solution."""
-    q = _text(question, "question", "correction_prompt")
-    a = _text(attempt, "attempt", "correction_prompt", model_output=True)
-    return (
-        f"{q}\n\n"
-        f"Here is an earlier attempt at this problem:\n{a}\n\n"
-        "Review the attempt carefully; it may be correct or it may contain errors. Then write a corrected, "
-        f"complete solution. {SOLVE_INSTRUCTION}"
-    )
+    and write a corrected complete solution: `replay_correction_prompt` with the boxed-answer instruction."""
+    return replay_correction_prompt(question, attempt)
 
 
 def replay_correction_prompt(question: str, attempt: str, answer_instruction: str = SOLVE_INSTRUCTION) -> str:
