@@ -400,6 +400,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--refine-temperature", type=float,
                    help="sampling temperature of the critiques and re-solves (default: --temperature)")
     p.add_argument("--critique-max-new-tokens", type=int, help="critique budget (default: --max-new-tokens)")
+    p.add_argument("--guided-layout", default="after", choices=("after", "first"),
+                   help="the re-solve prompt's layout: after (the paper's: problem, then guidance) | first (guidance, "
+                        "then the plain solve prompt); a CURE run's method.extra.guided_layout")
     p.add_argument("--length-budgets",
                    help="comma-separated increasing token budgets for confidence-based length selection, e.g. "
                         "1024,2048,4096 (N fresh samples per budget)")
@@ -488,7 +491,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
             tokens_per_sample=results["mean_completion_tokens"],
             temperature=args.temperature if args.refine_temperature is None else args.refine_temperature,
             top_p=args.top_p, top_k=args.top_k, seed=args.seed, batch_size=args.batch_size,
-            num_subsets=args.num_subsets)
+            num_subsets=args.num_subsets, guided_layout=args.guided_layout)
     if budgets:
         # The main pool serves the budget equal to --max-new-tokens; other budgets draw fresh samples.
         pools = [results if b == args.max_new_tokens else

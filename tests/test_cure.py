@@ -291,6 +291,8 @@ def test_bad_knobs_name_the_field():
         CURE(max_replay_per_query=-2)
     with pytest.raises(ValueError, match="max_critiques was removed: use critique_batch_size"):
         CURE(max_critiques=16)
+    with pytest.raises(ValueError, match="guided_layout='before' is unknown"):
+        CURE(guided_layout="before")
 
 
 # ------------------------------------------------------------------------------------------ one build
@@ -327,6 +329,20 @@ def test_guided_prompt_never_contains_the_wrong_attempt(built, tokenizer):
     assert len(guided) == 4
     for text in guided:
         assert "Guidance for solving" in text and "attempt q" not in text
+        assert not any(t in text for t in ro.texts)
+
+
+def test_guided_layout_first_puts_the_hint_before_the_plain_solve_prompt(tokenizer, model):
+    """method.extra.guided_layout='first': the same guided solutions, posed as the guidance followed by the plain
+    solve prompt of the query (prompts.guided_prompt)."""
+    _, ro, sampler, _, metrics = build_once(tokenizer, model, REWARDS, guided_layout="first")
+    guided = [tokenizer.decode(p) for p in sampler.calls[1]["prompts"]]
+    assert len(guided) == 4 and metrics["guided_solve/accuracy"] == 0.5
+    questions = {e.question for e in ro.examples}
+    for text in guided:
+        user = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+        assert user.startswith("Guidance for solving the problem below:\n")
+        assert any(user.endswith(solve_prompt(q)) for q in questions), user[-80:]
         assert not any(t in text for t in ro.texts)
 
 
@@ -558,6 +574,24 @@ def test_self_refine_stops_on_no_error_and_fixes_the_rest(tokenizer):
     s = res.summary()
     assert s["refine/round1/accuracy"] == 1.0 and s["refine/verdict_f1"] == 1.0
     assert s["refine/round3/tokens_per_example"] == s["refine/round2/tokens_per_example"]
+
+
+def test_self_refine_re_solves_in_the_guided_layout_it_is_given(tokenizer):
+    ex = [_Ex(f"QUESTION[{i}]", str(i)) for i in range(2)]
+    gen, calls = scripted_generate(tokenizer, solve=lambda q: "ANSWER wrong", critic=lambda q, a: _critique(True))
+    seen = []
+
+    def recording(prompts, *, max_new_tokens):
+        seen.extend(tokenizer.decode(p) for p in prompts)
+        return gen(prompts, max_new_tokens=max_new_tokens)
+
+    res = self_refine(None, tokenizer, ex, _ok, rounds=1, max_new_tokens=40, generate=recording,
+                      guided_layout="first")
+    guided = [t for t in seen if "Guidance for solving" in t]
+    assert len(guided) == 2 and res.accuracy.tolist() == [0.0, 1.0]
+    assert all(t.split("user\n")[1].startswith("Guidance for solving the problem below") for t in guided)
+    with pytest.raises(ValueError, match="guided_layout must be one of"):
+        self_refine(None, tokenizer, ex, _ok, rounds=1, max_new_tokens=40, generate=gen, guided_layout="before")
 
 
 def test_self_refine_from_given_first_solutions_does_not_solve_again(tokenizer):

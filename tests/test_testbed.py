@@ -138,6 +138,12 @@ def test_sft_examples_mix_the_auxiliary_formats_by_their_shares(tmp_path):
     rc_g = read_run_config(_tiny_cfg(tmp_path, aux_critique_share=0.25, aux_guided_share=0.5))
     fmts = [r.meta.get("format", "solve") for r in sft_examples(rc_g, task)[0]]
     assert (fmts.count("solve"), fmts.count("critique"), fmts.count("guided")) == (40, 10, 20)
+    # a CURE run's guided rows are written in its method.extra.guided_layout
+    cfg = _tiny_cfg(tmp_path, aux_guided_share=0.5)
+    cfg.method.name, cfg.method.extra = "cure", {"guided_layout": "first"}
+    guided = [r for r in sft_examples(read_run_config(cfg), task)[0] if r.meta.get("format") == "guided"]
+    assert len(guided) == 20 and all(r.question.startswith("Guidance for solving the problem below") and
+                                     r.question.endswith(task.prompt_fn(r.meta["question"])) for r in guided)
     aux = rows[-1]
     assert prompt_fn(aux.question) == aux.question  # an auxiliary row is its own user turn
     assert prompt_fn(rows[0].question) == task.prompt_fn(rows[0].question)

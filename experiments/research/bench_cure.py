@@ -44,12 +44,14 @@ from jaxrl_reason.configs import load_config_file  # noqa: E402
 ARMS = ("grpo", "cure")
 
 
-def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: int, progress: bool) -> dict:
+def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: int, progress: bool,
+                 guided_layout: str = "after") -> dict:
     """pass@1 / maj@k from N samples per question and self-refinement from each question's first sample."""
     from jaxrl_reason.inference.strategies import evaluate_refinement
     from jaxrl_reason.inference.test_time import evaluate
 
-    key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps}
+    key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps,
+           "critique_tokens": critique_tokens, "guided_layout": guided_layout}
     cached = cached_eval(cfg, key)
     if cached is not None:
         return cached
@@ -63,7 +65,7 @@ def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: i
         critique_max_new_tokens=critique_tokens, initial=[s["completions"][0] for s in samples],
         initial_tokens=[s["lengths"][0] for s in samples], pool_classes=[s["classes"] for s in samples],
         pool_correct=[s["correct"] for s in samples], tokens_per_sample=pool["mean_completion_tokens"],
-        temperature=cfg.rl.temperature, seed=cfg.seed)
+        temperature=cfg.rl.temperature, seed=cfg.seed, guided_layout=guided_layout)
     refine.pop("critiques")
     return save_eval(cfg, {"key": key, "pass1": pool["sample_accuracy"], "majority": pool["strategies"]["majority"],
                            "ks": pool["ks"], "refinement": refine,
@@ -97,8 +99,10 @@ def main(argv=None):
     base = load_config_file(args.config, overrides)
     if base.method.name != "cure":
         raise SystemExit(f"--config {args.config}: method.name must be 'cure'")
-    # Both arms critique with the CURE run's budget at test time (the GRPO arm's method knobs are dropped).
+    # Both arms critique and re-solve with the CURE run's budget and guided layout at test time (the GRPO arm's
+    # method knobs are dropped).
     critique_tokens = int(base.method.extra.critique_max_new_tokens)
+    guided_layout = str(base.method.extra.guided_layout)
 
     from absl import logging
     logging.set_verbosity(logging.WARNING)
@@ -113,7 +117,8 @@ def main(argv=None):
         for arm, cfg in cfgs.items():
             print(f"== seed {seed} {arm}: evaluating", flush=True)
             evals[arm] = evaluate_arm(cfg, questions=args.questions, n=args.n, rounds=args.rounds,
-                                      critique_tokens=critique_tokens, progress=not args.no_progress)
+                                      critique_tokens=critique_tokens, progress=not args.no_progress,
+                                      guided_layout=guided_layout)
         per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cure"])}
 
     lines = ["| seed | arm | pass@1 | " + " | ".join(f"round {t} acc / tokens" for t in range(args.rounds + 1))

@@ -125,14 +125,14 @@ def bound(task: TestbedTask) -> tuple:
 
 def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,
                    seed: int, verify_format: str = "verdict", inject_extent: str = "minimal",
-                   guided: int = 0) -> list[Example]:
+                   guided: int = 0, guided_layout: str = "after") -> list[Example]:
     """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
     whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
     `critique` CURE critiques (half of wrong solutions, half of right ones), `correct` CIPO corrections (a
     wrong attempt -> the worked solution) and `guided` CURE guided re-solves (the problem and the hint of the
     critique of a wrong attempt, the attempt not shown -> the worked solution). Examples are cycled when a count
     exceeds them. `verify_format` as in `verify_target`; the wrong solutions are
-    `injected_wrong(..., extent=inject_extent)`."""
+    `injected_wrong(..., extent=inject_extent)`; `guided_layout` as in `prompts.guided_prompt`."""
     if min(verify, critique, correct, guided) < 0:
         raise ValueError("auxiliary_rows: counts must be >= 0")
     if not examples and verify + critique + correct + guided:
@@ -159,8 +159,9 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     for i in range(guided):
         e = pick(verify + critique + correct + i)
         a, kind = injected_wrong(task, e, rng, inject_extent)
-        rows.append(Example(guided_prompt(e.question, critique_hint(task, e.question, a, kind)), e.answer,
-                            f"{e.id}/guided{i}", e.solution, meta("guided", question=e.question)))
+        hint = critique_hint(task, e.question, a, kind)
+        rows.append(Example(guided_prompt(e.question, hint, guided_layout), e.answer, f"{e.id}/guided{i}", e.solution,
+                            meta("guided", question=e.question)))
     return rows
 
 
@@ -185,7 +186,8 @@ def longest_critique(task: TestbedTask, examples: Sequence[Example], count_token
 
 
 def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]], *, critique: bool, correct: bool,
-                     seed: int, keep_share: float = 0.0, guided: bool = False) -> list[Example]:
+                     seed: int, keep_share: float = 0.0, guided: bool = False,
+                     guided_layout: str = "after") -> list[Example]:
     """Warm-up rows from the policy's *own* attempts (`(example, generated text)`, graded here by the task's
     checker), in the layout of `auxiliary_rows`: for `correct`, one CIPO correction per distinct wrong attempt
     (the attempt verbatim, as CIPO's replay prompt holds it -> the worked solution); for `critique`, one CURE
@@ -225,8 +227,8 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
     if guided:
         for i, (e, _, answer, kind) in enumerate(flawed):
             hint = critique_hint(task, e.question, answer, kind)
-            rows.append(Example(guided_prompt(e.question, hint), e.answer, f"{e.id}/own_guided{i}", e.solution,
-                                meta("guided", question=e.question)))
+            rows.append(Example(guided_prompt(e.question, hint, guided_layout), e.answer, f"{e.id}/own_guided{i}",
+                                e.solution, meta("guided", question=e.question)))
     if critique:
         rng = np.random.default_rng(seed)
         keep = rng.permutation(len(right))[:len(flawed)]

@@ -145,6 +145,12 @@ def check_own_attempts(rc: RunConfig) -> None:
         raise ValueError(f"config sft.own_attempt_solve_share={s.own_attempt_solve_share} must be >= 0")
 
 
+def guided_layout(rc: RunConfig) -> str:
+    """The layout of CURE's guided prompt the warm-up's guided rows are written in: the run's CURE
+    `method.extra.guided_layout` (checked by the method), else the paper's ("after")."""
+    return dict(rc.method.extra).get("guided_layout", "after")
+
+
 def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
     """-> (the warm-up's rows, the prompt_fn that poses them): the first `sft.examples` worked solutions plus,
     when the sft.aux_*_share knobs ask for them, auxiliary-format rows built from those same problems. An
@@ -157,7 +163,7 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
     if not any(counts.values()):
         return base, task.prompt_fn
     aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
-                         inject_extent=rc.data.inject_extent, **counts)
+                         inject_extent=rc.data.inject_extent, guided_layout=guided_layout(rc), **counts)
     turns = frozenset(e.question for e in aux)
 
     def prompt_fn(question: str) -> str:
@@ -245,7 +251,7 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
         key=jax.random.fold_in(jax.random.PRNGKey(rc.seed), 0x0A77), prompt_fn=task.prompt_fn, mesh=mesh)
     attempts = list(zip([e for e in questions for _ in range(s.own_attempt_samples)], texts))
     rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, keep_share=s.own_attempt_keep_share,
-                            **own_attempt_formats(rc))
+                            guided_layout=guided_layout(rc), **own_attempt_formats(rc))
     if not rows:
         raise ValueError(f"own-attempt warm-up: the policy's {len(texts)} attempts gave no row (all right, or no "
                          "critiquable error); sample more questions (sft.own_attempt_questions) or set "

@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import numpy as np
 
-from jaxrl_reason.data.prompts import critique_prompt, guided_prompt, parse_critique, solve_prompt
+from jaxrl_reason.data.prompts import GUIDED_LAYOUTS, critique_prompt, guided_prompt, parse_critique, solve_prompt
 
 Generate = Callable[..., list]  # (prompts: list[list[int]], *, max_new_tokens: int) -> list[list[int]]
 
@@ -170,7 +170,7 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                 temperature: float = 0.0, seed: int = 0, batch_size: int = 64,
                 generate: Optional[Generate] = None, prompt_fn: Callable[[str], str] = solve_prompt,
                 min_hint_words: int = 10, initial: Optional[Sequence[str]] = None,
-                initial_tokens: Optional[Sequence[int]] = None) -> RefineResult:
+                initial_tokens: Optional[Sequence[int]] = None, guided_layout: str = "after") -> RefineResult:
     """Solve, then up to `rounds` rounds of self-critique and guided re-solving (see the module docstring).
 
     examples:  objects with `.question` (and whatever `reward_fn` reads, e.g. `.answer`)
@@ -180,9 +180,12 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
     initial:   [N] round 0's solution texts, already sampled (e.g. one sample per question of an evaluation
                pool, so refinement and voting start from the same samples); default: generate them.
     initial_tokens: [N] the tokens generating `initial` took, round 0's cost (default: their encoded lengths).
+    guided_layout: the re-solve prompt's layout (`prompts.guided_prompt`; a CURE run's method.extra.guided_layout)
     """
     if rounds < 0:
         raise ValueError(f"self_refine: rounds must be >= 0, got {rounds}")
+    if guided_layout not in GUIDED_LAYOUTS:
+        raise ValueError(f"self_refine: guided_layout must be one of {GUIDED_LAYOUTS}, got {guided_layout!r}")
     if max_new_tokens < 1:
         raise ValueError(f"self_refine: max_new_tokens must be >= 1, got {max_new_tokens}")
     if generate is None:
@@ -239,7 +242,8 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                 redo.append((i, p.hint or ""))
         if not redo:
             continue
-        r_ids = generate(render([guided_prompt(questions[i], h) for i, h in redo]), max_new_tokens=max_new_tokens)
+        r_ids = generate(render([guided_prompt(questions[i], h, guided_layout) for i, h in redo]),
+                         max_new_tokens=max_new_tokens)
         r_texts = _decode(tokenizer, r_ids)
         r_ok = _scores(reward_fn, r_texts, [examples[i] for i, _ in redo])
         for (i, _), ids_i, text, ok in zip(redo, r_ids, r_texts, r_ok):
