@@ -365,7 +365,9 @@ def test_latin_blanks_knob_and_the_cure_preset():
     assert rc.sft.own_attempt_steps > 0 and own_attempt_formats(rc) == {"critique": True, "correct": False,
                                                                          "guided": True}
     assert rc.tokenizer.aux_corpus and rc.sft.aux_critique_share > 0  # the BPE learns the critique words
-    assert type(make_method(rc.method)).__name__ == "CURE"
+    assert rc.sft.aux_guided_share > 0  # the guided prompt is trained in the SFT itself
+    method = make_method(rc.method)
+    assert type(method).__name__ == "CURE" and method.guided_layout == "first"
 
 
 def test_a_cure_run_whose_critique_budget_cannot_hold_the_tasks_critiques_is_refused_before_training(tmp_path):

@@ -1,7 +1,8 @@
 """CURE on the 4x4 Latin-square testbed: the task of `testbed_latin`, a BPE trained on the critique rows, an SFT
-warm-up with 10% critique rows, then critiques and hint-guided re-solves of the warmed-up policy's own attempts
-(`sft.own_attempt_*`), so that a from-scratch model has seen every CURE prompt before CURE trains it (the paper
-starts from instruct models that already follow such prompts). The CURE-vs-GRPO comparison runs it through
+warm-up with 10% critique and 10% hint-guided re-solve rows, then critiques and guided re-solves of the warmed-up
+policy's own attempts (`sft.own_attempt_*`), so that a from-scratch model has seen every CURE prompt before CURE
+trains it (the paper starts from instruct models that already follow such prompts). The guided prompt puts the
+guidance before the problem (`guided_layout = "first"`, a [choice]: docs/methods/cure.md). The CURE-vs-GRPO comparison runs it through
 
     python experiments/research/bench_cure.py --config experiments/configs/testbed_latin_cure.py
 
@@ -33,8 +34,14 @@ def get_config():
     c.sft.verify_steps = 0  # CURE's verdict is the critique's, not the verify prompt's
     c.sft.aux_critique_share = 0.1
     c.data.inject_extent = "spread"  # injected errors shaped like the policy's own
-    # critiques of its own attempts, and hint-guided re-solves: a prompt the SFT never shows (without these rows
-    # the guided re-solve took round-1 accuracy from 41% to 11%)
+    # Hint-guided re-solves in the SFT, with the guidance before the problem: in the paper's layout (problem,
+    # guidance, instruction) the 4 x 128 model loses the grid -- 0.0% right under the guided prompt, with or
+    # without such rows -- and the rows left a 28.1% solver (44.9% without them); guidance first: 31.6% under the
+    # guided prompt, 50.4% plain (seed 0, greedy; docs/results/cure_testbed.md)
+    c.sft.aux_guided_share = 0.1
+    c.method.extra.guided_layout = "first"
+    # then critiques and guided re-solves of its own attempts (without guided rows the guided re-solve took
+    # round-1 accuracy from 41% to 11%)
     c.sft.own_attempt_steps = 400
     c.sft.own_attempt_formats = "critique,guided"
     c.sft.own_attempt_solve_share = 2.0
