@@ -1,6 +1,7 @@
 """Does a warmed-up testbed model solve under CURE's hint-guided prompt? Greedy, on a run's held-out questions:
 
-    python experiments/research/guided_probe.py --run runs/cure_auxbpe_guided_s0 [--model sft_model] [--questions 256] [--layout first]
+    python experiments/research/guided_probe.py --run runs/cure_first_own_s0 [--model sft_model] [--questions 256] \
+        [--layout first]
 
 1. plain: the solve prompt (the round-0 attempt);
 2. guided, the task's hint of a right answer: every question under `guided_prompt(question, hint)` with the hint a

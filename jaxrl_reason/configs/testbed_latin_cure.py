@@ -2,7 +2,8 @@
 warm-up with 10% critique and 10% hint-guided re-solve rows, then critiques and guided re-solves of the warmed-up
 policy's own attempts (`sft.own_attempt_*`), so that a from-scratch model has seen every CURE prompt before CURE
 trains it (the paper starts from instruct models that already follow such prompts). The guided prompt puts the
-guidance before the problem (`guided_layout = "first"`, a [choice]: docs/methods/cure.md). The CURE-vs-GRPO comparison runs it through
+guidance before the problem (`guided_layout = "first"`, a [choice]: docs/methods/cure.md). The CURE-vs-GRPO
+comparison runs it through
 
     python experiments/research/bench_cure.py --config experiments/configs/testbed_latin_cure.py
 
