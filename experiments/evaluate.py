@@ -52,6 +52,7 @@ from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
+from jaxrl_reason.data.prompts import GUIDED_LAYOUTS  # noqa: E402
 from jaxrl_reason.data.testbed import TASK_MODULES as TESTBED_TASKS  # noqa: E402
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate  # noqa: E402
 
@@ -400,7 +401,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--refine-temperature", type=float,
                    help="sampling temperature of the critiques and re-solves (default: --temperature)")
     p.add_argument("--critique-max-new-tokens", type=int, help="critique budget (default: --max-new-tokens)")
-    p.add_argument("--guided-layout", default="after", choices=("after", "first"),
+    p.add_argument("--guided-layout", default="after", choices=GUIDED_LAYOUTS,
                    help="the re-solve prompt's layout: after (the paper's: problem, then guidance) | first (guidance, "
                         "then the plain solve prompt); a CURE run's method.extra.guided_layout")
     p.add_argument("--length-budgets",
