@@ -475,6 +475,31 @@ def test_probe_own_check_rows_are_the_checks_of_the_policys_own_distinct_attempt
         assert text in r.question and r.meta["attempt"] == "own"
 
 
+def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
+    """testbed_probe.rare_mark_spans (--mark-weight): on a worked-check row the spans are the `changed` / `repeat`
+    words and nothing else (not `ok`, not the verdict); a worked-solution row gets none."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
+                                    "research"))
+    os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
+    from jaxrl_reason.data.datasets import Example
+    from testbed_probe import rare_mark_spans, worked_check_pairs
+
+    e = Example(LQ, "", "q0", ls.solution_text(LSQ), {"source": "latin_square"})
+    changed = list(LSQ)
+    changed[0] = "B"
+    target = ls.verify_target(LQ, ls.solution_text(changed), "worked_check")
+    row = Example("prompt", "", "q0/check", target, {"format": "verify"})
+    spans = rare_mark_spans(5.0)(row)
+    assert [target[a:b] for a, b, _ in spans] == ["changed", "repeat"] and {w for *_, w in spans} == {5.0}
+    assert rare_mark_spans(5.0)(e) == []
+    rare = 0
+    for r in worked_check_pairs("latin_square", ls.latin_square_examples(6, seed=2), seed=0):
+        marks = [ln.rsplit(" ", 1)[1] for ln in r.solution.split("\n")[:-1]]
+        assert len(rare_mark_spans(3.0)(r)) == sum(m != "ok" for m in marks)
+        rare += len(rare_mark_spans(3.0)(r))
+    assert rare >= 6  # every wrong pair breaks at least one line
+
+
 def _latin_cfg(tmp_path, **data):
     c = _tiny_cfg(tmp_path)
     c.data.source = "latin_square"

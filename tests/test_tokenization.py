@@ -129,6 +129,17 @@ def test_qwen_decode_round_trip(qwen):
         qwen.batch_decode(completions, lengths=[1])
 
 
+def test_qwen_encode_with_offsets_gives_each_tokens_span(qwen):
+    """The offsets a weighted SFT row maps its character spans with: the ids are `encode`'s, the spans tile the
+    text in order, and each ASCII token's span is exactly its decoded text."""
+    text = "Row 1: A x C x | A B C D ok\nCol 2: B D A C repeat\nThe answer is \\boxed{12}."
+    ids, offsets = qwen.encode_with_offsets(text)
+    assert ids == qwen.encode(text) and len(offsets) == len(ids)
+    assert offsets[0][0] == 0 and offsets[-1][1] == len(text)
+    assert all(a[1] == b[0] for a, b in zip(offsets, offsets[1:]))
+    assert [text[a:b] for a, b in offsets] == [qwen.decode([i]) for i in ids]
+
+
 def test_qwen_yes_no_single_tokens(qwen):
     vocab = qwen.hf.get_vocab()
     yes, no = qwen.single_token_id("Yes"), qwen.single_token_id("No")

@@ -13,7 +13,8 @@
    with --verify-format worked_check those pairs' targets are the task's worked check then the verdict, trained
    by next-token SFT on the whole target (with worked-solution rows beside them), and the verifier writes its
    check (greedy, at most --check-tokens) before the score is read; --check-own K adds the checks of the
-   policy's own attempts (K per training question) to those pairs.
+   policy's own attempts (K per training question) to those pairs; --mark-weight W weighs the tokens of the rare
+   non-ok marks (`repeat`, `changed`) W times in that SFT's loss.
 The SFT model is kept in <workdir>/sft_model and reused by a later call with the same workdir.
 Scores come from `inference.test_time.evaluate` and `inference.diagnostics.verifier_quality`.
 """
@@ -106,6 +107,25 @@ def own_check_rows(source: str, examples, texts, labels, seed: int) -> list:
             for i, (e, text) in enumerate(chosen)]
 
 
+RARE_MARKS = ("repeat", "changed")
+
+
+def rare_mark_spans(weight: float):
+    """Span weights (`train.trainer.sft_rows`) for worked-check rows: the mark word of each line whose mark is not
+    `ok` weighs `weight`; other rows (worked solutions) and other tokens are untouched. The non-ok marks are ~12%
+    of the check lines and the only tokens that decide the verdict; at weight 1 the verifier writes `ok` on
+    them (runs 11-14)."""
+    import re
+
+    pattern = re.compile(r" (%s)$" % "|".join(RARE_MARKS), re.M)
+
+    def spans(e):
+        if e.meta.get("format") != "verify":
+            return []
+        return [(m.start(1), m.end(1), weight) for m in pattern.finditer(e.solution)]
+    return spans
+
+
 def grade_check_lines(true_checks, written_checks) -> dict:
     """A written worked check against the true one, line by line (lines paired in order, a missing line graded
     as wrong): `line_copied`, the share whose first segment (the line without its mark, up to the first " | ") is
@@ -187,7 +207,8 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
     prompt_fn = lambda q: q if q in turns else task.prompt_fn(q)  # noqa: E731
     hist = sft_train(model, tokenizer, pairs + solve, steps=args.verify_steps,
                      batch_size=rc.sft.verify_batch_size + rc.sft.verify_solve_rows, lr=args.verify_lr,
-                     warmup_steps=rc.sft.warmup_steps, seed=rc.seed, progress=False, prompt_fn=prompt_fn)
+                     warmup_steps=rc.sft.warmup_steps, seed=rc.seed, progress=False, prompt_fn=prompt_fn,
+                     span_weights=rare_mark_spans(args.mark_weight) if args.mark_weight != 1.0 else None)
     after = held_report()
     return {"rows": 0, "contrast_rows": len(pairs) - own.get("own_rows", 0), **own, "solve_rows": len(solve),
             "heldout_rows": len(held),
@@ -222,6 +243,9 @@ def main(argv=None):
     p.add_argument("--check-own", type=int, default=0, metavar="K",
                    help="worked_check: also train on the checks of the policy's own attempts, K samples per "
                         "verify question at the training temperature (each distinct wrong one, as many right)")
+    p.add_argument("--mark-weight", type=float, default=1.0, metavar="W",
+                   help="worked_check: loss weight of the tokens of the non-ok marks (repeat / changed) in the check "
+                        "SFT (1 = every token alike)")
     p.add_argument("--latin-blanks", type=int, default=0,
                    help="latin_square blanks per grid (0 = the config's data.latin_blanks)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KNOB=VALUE",
@@ -229,6 +253,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.verify_format == "worked_check" and not (args.contrast and args.verify_samples == 0):
         p.error("--verify-format worked_check trains on contrast pairs only: add --contrast --verify-samples 0")
+    if args.mark_weight != 1.0 and args.verify_format != "worked_check":
+        p.error("--mark-weight weighs the marks of worked-check rows: add --verify-format worked_check")
+    if not args.mark_weight >= 0:
+        p.error(f"--mark-weight must be >= 0, got {args.mark_weight}")
     if args.check_own and args.verify_format != "worked_check":
         p.error("--check-own writes worked-check rows: add --verify-format worked_check")
 

@@ -5,7 +5,8 @@ Shift convention (read this before building masks by hand)
 Every per-token field is aligned with the **target** token, i.e. with the token whose probability is scored:
 
     logprobs[b, t]     = log pi(tokens[b, t] | tokens[b, :t])   (computed from logits[b, t - 1])
-    loss_mask[b, t]    = 1.0 when tokens[b, t] is trained (a completion / target token)
+    loss_mask[b, t]    = 1.0 when tokens[b, t] is trained (a completion / target token); another positive value
+                         weighs that token in the loss and its metrics (weighted SFT spans)
     advantages[b, t]   = advantage of emitting tokens[b, t]
     old_logprobs[b, t] = log pi_old(tokens[b, t] | ...), i.e. exactly the per-token log-prob the sampler reports
                          for the completion token it wrote at that slot
@@ -80,7 +81,8 @@ class TokenBatch(NamedTuple):
     tokens:       int32   [batch, time]  token ids (padding = pad id, any valid id)
     positions:    int32   [batch, time]  position of each token inside its segment (0 on padding)
     segment_ids:  int32   [batch, time]  1, 2, ... for the sequences packed in a row; 0 = padding
-    loss_mask:    float32 [batch, time]  1.0 on trained *target* tokens (see the shift convention above)
+    loss_mask:    float32 [batch, time]  1.0 on trained *target* tokens (see the shift convention above), or
+                                         the token's loss weight
     advantages:   float32 [batch, time]  per-token advantage (0 where loss_mask is 0)
     old_logprobs: float32 [batch, time]  sampler log-probs of tokens[b, t] (0 where not sampled)
     ref_logprobs: float32 [batch, time]  reference-policy log-probs, or None when no KL term needs them
@@ -193,8 +195,8 @@ def build_token_batch(
                       for rows no ratio-based term reads (e.g. SFT verify rows) or when the trainer overwrites them.
     task:             one task (name or id) for all rows, or one per row.
     ref_logprobs:     per row, one per completion token, or None.
-    completion_masks: per row, one 0/1 weight per completion token (default all ones), e.g. to leave tool output
-                      or a forced prefix untrained.
+    completion_masks: per row, one weight per completion token (default all ones): 0 leaves it untrained (tool
+                      output, a forced prefix), another value weighs it in the token-mean loss.
     length:           exact time length; default: the smallest of `buckets` that fits the longest row.
     """
     n = len(prompts)

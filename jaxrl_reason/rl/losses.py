@@ -60,7 +60,7 @@ class LossTerm(NamedTuple):
 class Counts(NamedTuple):
     """Normalisers counted on the full batch, one entry per task id (index = TASKS id).
 
-    tokens:    float32 [num_tasks] trained target tokens (sum of loss_mask) in that task's rows
+    tokens:    float32 [num_tasks] trained target tokens (sum of loss_mask: weighted where loss_mask holds weights)
     sequences: float32 [num_tasks] sequences (segments) with at least one trained token in that task's rows
     """
 
@@ -69,8 +69,9 @@ class Counts(NamedTuple):
 
 
 def safe_divide(num, den):
-    # Counts are integers, so max(den, 1) only changes the 0 / 0 case (a task absent from the batch) to 0.
-    return num / jnp.maximum(den, 1.0)
+    # 0 / 0 (a task absent from the batch) is 0. Counts are sums of loss_mask: integers, or weights when a row
+    # weighs its tokens (`train.trainer.sft_rows` span weights), so a count may lie in (0, 1).
+    return num / jnp.where(den > 0, den, 1.0)
 
 
 def segment_lengths(mask: jax.Array, segment_ids: jax.Array) -> jax.Array:
@@ -314,7 +315,7 @@ def _apply_term(kernel, logprobs, batch, mask, aggregation, max_len, den, tokens
     term = aggregate(loss, mask, batch.segment_ids, aggregation, max_len=max_len, den=den)
     if tokens_den is None:
         tokens_den = jnp.sum(mask.astype(jnp.float32))
-    metrics = {k: safe_divide(jnp.sum(jnp.where(mask != 0, v, 0.0)), tokens_den) for k, v in stats.items()}
+    metrics = {k: safe_divide(jnp.sum(jnp.where(mask != 0, v * mask, 0.0)), tokens_den) for k, v in stats.items()}
     return term, metrics
 
 
@@ -472,7 +473,8 @@ def _per_task_token_means(stats, mask, row_task, ids, counts):
     """{stat: [len(ids)]} token means per task, as one contraction over a row one-hot instead of a reduction
     per (task, stat) pair, which keeps the compiled program small when there are many metrics."""
     names = list(stats)
-    stacked = jnp.stack([jnp.where(mask != 0, stats[k], 0.0).sum(axis=1) for k in names])  # [S, B]
+    # Weighted by the mask like the loss (identical for a 0/1 mask), so a weighted row's metrics match its loss.
+    stacked = jnp.stack([jnp.where(mask != 0, stats[k] * mask, 0.0).sum(axis=1) for k in names])  # [S, B]
     onehot = (row_task[:, None] == jnp.asarray(ids, jnp.int32)[None, :]).astype(jnp.float32)  # [B, K']
     sums = stacked @ onehot  # [S, K']
     means = safe_divide(sums, counts.tokens[jnp.asarray(ids, jnp.int32)][None, :])

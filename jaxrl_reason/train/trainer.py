@@ -432,19 +432,48 @@ def _concat_rollouts(rs: Sequence[Rollouts]) -> Rollouts:
 
 # ---------------------------------------------------------------------------------------------- SFT warm-up
 
-def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: Callable[[str], str] = solve_prompt):
-    """Solve prompt + worked solution + end-of-turn token, trained by next-token NLL on the solution."""
+# (example) -> [(start, end, weight)]: character spans of `example.solution` whose tokens get that loss weight.
+SpanWeights = Callable[[Any], Sequence[tuple[int, int, float]]]
+
+
+def span_token_weights(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int, float]]) -> list[float]:
+    """Per token, the weight of the last span its characters overlap (1.0 outside every span). A weight of 0
+    leaves a token untrained; the loss is the weighted token mean (weights normalise it, `rl.losses.aggregate`)."""
+    out = [1.0] * len(offsets)
+    for start, end, w in spans:
+        if not (0 <= start < end) or not np.isfinite(w) or w < 0:
+            raise ValueError(f"span weight ({start}, {end}, {w}) is invalid; give 0 <= start < end and a finite "
+                             "weight >= 0")
+        for t, (a, b) in enumerate(offsets):
+            if a < end and b > start:
+                out[t] = float(w)
+    return out
+
+
+def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: Callable[[str], str] = solve_prompt,
+             span_weights: Optional[SpanWeights] = None):
+    """Solve prompt + worked solution + end-of-turn token, trained by next-token NLL on the solution.
+    span_weights: per example, character spans of its solution whose tokens weigh more (or less) in the loss --
+    e.g. the rare decisive tokens of a worked check; None trains every target token alike."""
     prompts = render_solve_prompts(tokenizer, [e.question for e in examples], prompt_fn)
-    targets = []
+    targets, weights = [], []
     for i, e in enumerate(examples):
         if not e.solution:
             raise ValueError(f"SFT example {e.id!r} has no `solution`; SFT warm-up needs worked solutions")
-        ids = tokenizer.encode(e.solution) + [tokenizer.eos_id]
+        spans = list(span_weights(e)) if span_weights is not None else []
+        if spans:
+            ids, offsets = tokenizer.encode_with_offsets(e.solution)
+            weights.append(span_token_weights(offsets, spans) + [1.0])
+        else:
+            ids = tokenizer.encode(e.solution)
+            weights.append([1.0] * (len(ids) + 1))
+        ids = ids + [tokenizer.eos_id]
         if max_len and len(prompts[i]) + len(ids) > max_len:
             raise ValueError(f"SFT example {e.id!r}: prompt + solution is {len(prompts[i]) + len(ids)} tokens, "
                              f"over max_len={max_len}")
         targets.append(ids)
-    return build_token_batch(prompts, targets, [0.0] * len(examples), None, "solve", pad_id=tokenizer.pad_id)
+    return build_token_batch(prompts, targets, [0.0] * len(examples), None, "solve", pad_id=tokenizer.pad_id,
+                             completion_masks=weights if span_weights is not None else None)
 
 
 def refused(out) -> list[str]:
@@ -475,10 +504,10 @@ def checked_update(update, params, opt_state, batch, *, where: str, scored: Opti
 def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: float, seed: int = 0,
               warmup_steps: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
               writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
-              rules: prules.Rules = prules.DEFAULT_RULES) -> list[dict]:
+              rules: prules.Rules = prules.DEFAULT_RULES, span_weights: Optional[SpanWeights] = None) -> list[dict]:
     """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics.
     mesh: the mesh to train on (None: the one-device mesh): params and optimizer state laid out by `rules`, rows
-    over data x fsdp."""
+    over data x fsdp. span_weights: per-token loss weights on spans of the solutions (`sft_rows`)."""
     terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
     opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule=schedule)
     tr = start_training(model, opt, terms, mesh, rules=rules, micro_batches=micro_batches)
@@ -488,7 +517,8 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     history = []
     bar = progress_bar(steps, "sft", disable=not progress or not pmesh.is_main_process())
     for step in range(1, steps + 1):
-        batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn), row_multiple)
+        batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn, span_weights=span_weights),
+                            row_multiple)
         scored = scored_size(batch, micro_batches, row_multiple // micro_batches)
         batch = prules.shard_batch(batch, tr.mesh)
         out = checked_update(update, params, opt_state, batch, where=f"SFT step {step}", scored=scored)
