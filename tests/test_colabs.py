@@ -33,7 +33,10 @@ EXPECT = {
     "02_compose_losses.ipynb": Expect(("method", "terms", "steps", "reward/mean", "loss/total", "seconds"),
                                       ("reward/mean", "loss/pg", "loss/verify", "loss/critique", "loss/total"),
                                       ("GRPO", "GRPO^V", "CURE", "CURE^V"),
-                                      ("reward/mean", "loss/pg", "loss/verify", "loss/critique", "loss/total")),
+                                      # Not reward/mean: at the CI size (3 steps at lr 1e-4 from one warm-up and
+                                      # one key) two arms may sample the same rewards (CURE and CURE^V did, on jax
+                                      # 0.10.2, though CURE^V trained 10-14 verify rows a step); losses differ.
+                                      ("loss/pg", "loss/verify", "loss/critique", "loss/total")),
     "03_test_time_scaling.ipynb": Expect(("strategy", "k", "tokens", "acc", "lo", "hi"), (),
                                          ("majority", "best_of_n", "weighted", "self_refine"), ()),
     # The verifier's balanced accuracy may sit at chance in every arm of a short run (that is a finding, not a
@@ -122,6 +125,8 @@ def test_notebook_runs(path, monkeypatch):
             for i, a in enumerate(names):
                 for b in names[i + 1:]:
                     compared += 1
-                    same = curves[a].shape == curves[b].shape and np.allclose(curves[a], curves[b], equal_nan=True)
+                    # exact: a broken notebook (two arms running one program) draws bit-identical curves, while a
+                    # real extra term may move a loss by only ~1e-7 in 3 steps at lr 1e-4 (CURE^V's critique loss)
+                    same = curves[a].shape == curves[b].shape and np.array_equal(curves[a], curves[b], equal_nan=True)
                     assert not same, f"panel {ax.get_title()!r}: arms {a!r} and {b!r} drew the same curve"
         assert compared, "no panel holds two arms to compare"
