@@ -448,6 +448,15 @@ def test_probe_grades_a_written_check_line_by_line_per_flag_and_mark():
     assert g["mark_right"]["changed"] == [0.0, 1] and g["mark_right"]["repeat"] == [0.0, 1]
     g = grade_check_lines([true], ["Row 1: A x C D | B B C D changed"])
     assert g["line_copied"] == 1 / 8 and g["mark_right"]["ok"] == [0.0, 6] and g["mark_right"]["changed"] == [1.0, 1]
+    # a copy error told from a decision error: the changed row rewritten as the valid one and marked ok (right for
+    # what it wrote), the repeating column copied and marked ok (a decision error)
+    autocorrect = true.replace("| B B C D changed", "| A B C D ok").replace("Col 1: B C B D repeat", "Col 1: B C B D ok")
+    g = grade_check_lines([true], [autocorrect])
+    (c_copied, c_right, c_own, c_n), (r_copied, r_right, r_own, _) = (g["mark_by_copy"][m] for m in ("changed",
+                                                                                                  "repeat"))
+    assert (c_copied, c_own, c_n) == (0.0, 1.0, 1) and np.isnan(c_right)  # no copied line to judge the mark on
+    assert (r_copied, r_right) == (1.0, 0.0) and np.isnan(r_own)
+    assert g["mark_by_copy"]["ok"][:2] == [1.0, 1.0]
 
 
 def test_probe_own_check_rows_are_the_checks_of_the_policys_own_distinct_attempts_balanced():
@@ -476,8 +485,9 @@ def test_probe_own_check_rows_are_the_checks_of_the_policys_own_distinct_attempt
 
 
 def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
-    """testbed_probe.rare_mark_spans (--mark-weight): on a worked-check row the spans are the `changed` / `repeat`
-    words and nothing else (not `ok`, not the verdict); a worked-solution row gets none."""
+    """testbed_probe.rare_mark_spans (--mark-weight, --mark-span): on a worked-check row the spans are the
+    `changed` / `repeat` words (or those lines' cells and marks) and nothing else (not `ok`, not the verdict); a
+    worked-solution row gets none."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
                                     "research"))
     os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
@@ -491,6 +501,10 @@ def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
     row = Example("prompt", "", "q0/check", target, {"format": "verify"})
     spans = rare_mark_spans(5.0)(row)
     assert [target[a:b] for a, b, _ in spans] == ["changed", "repeat"] and {w for *_, w in spans} == {5.0}
+    lines = [target[a:b] for a, b, _ in rare_mark_spans(5.0, "line")(row)]  # --mark-span line: cells and mark
+    assert lines == ["A x C D | B B C D changed", "B C B D repeat"]
+    with pytest.raises(ValueError, match="span"):
+        rare_mark_spans(5.0, "cells")
     assert rare_mark_spans(5.0)(e) == []
     rare = 0
     for r in worked_check_pairs("latin_square", ls.latin_square_examples(6, seed=2), seed=0):

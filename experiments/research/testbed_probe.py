@@ -14,7 +14,7 @@
    by next-token SFT on the whole target (with worked-solution rows beside them), and the verifier writes its
    check (greedy, at most --check-tokens) before the score is read; --check-own K adds the checks of the
    policy's own attempts (K per training question) to those pairs; --mark-weight W weighs the tokens of the rare
-   non-ok marks (`repeat`, `changed`) W times in that SFT's loss.
+   non-ok marks (`repeat`, `changed`) W times in that SFT's loss (with --mark-span line, the whole non-ok line).
 The SFT model is kept in <workdir>/sft_model and reused by a later call with the same workdir.
 Scores come from `inference.test_time.evaluate` and `inference.diagnostics.verifier_quality`.
 """
@@ -110,19 +110,23 @@ def own_check_rows(source: str, examples, texts, labels, seed: int) -> list:
 RARE_MARKS = ("repeat", "changed")
 
 
-def rare_mark_spans(weight: float):
-    """Span weights (`train.trainer.sft_rows`) for worked-check rows: the mark word of each line whose mark is not
-    `ok` weighs `weight`; other rows (worked solutions) and other tokens are untouched. The non-ok marks are ~12%
-    of the check lines and the only tokens that decide the verdict; at weight 1 the verifier writes `ok` on
-    them (runs 11-14)."""
+def rare_mark_spans(weight: float, span: str = "mark"):
+    """Span weights (`train.trainer.sft_rows`) for worked-check rows: on each line whose mark is not `ok`, the
+    mark word (`span="mark"`) or the line's copied cells and its mark (`span="line"`) weigh `weight`; other rows
+    (worked solutions) and other tokens are untouched. Non-ok lines are ~12% of the check lines and the only ones
+    that decide the verdict. Run 15 weighed the marks and found the misses are copies: the verifier rewrites an
+    anomalous row as a valid one, then marks its own copy right (docs/results/testbed.md)."""
     import re
 
-    pattern = re.compile(r" (%s)$" % "|".join(RARE_MARKS), re.M)
+    if span not in ("mark", "line"):
+        raise ValueError(f"rare_mark_spans span={span!r} is unknown; use 'mark' or 'line'")
+    pattern = re.compile(r"^(?:Row|Col) \d+: (.*) (%s)$" % "|".join(RARE_MARKS), re.M)
 
     def spans(e):
         if e.meta.get("format") != "verify":
             return []
-        return [(m.start(1), m.end(1), weight) for m in pattern.finditer(e.solution)]
+        return [((m.start(2) if span == "mark" else m.start(1)), m.end(2), weight)
+                for m in pattern.finditer(e.solution)]
     return spans
 
 
@@ -130,17 +134,24 @@ def grade_check_lines(true_checks, written_checks) -> dict:
     """A written worked check against the true one, line by line (lines paired in order, a missing line graded
     as wrong): `line_copied`, the share whose first segment (the line without its mark, up to the first " | ") is
     exact; `flag_right`, per true token of the later segments (a symbol, or a flag such as - or !), the share written
-    right at its position; `mark_right`, per true mark (the line's last word), the share written right.
+    right at its position; `mark_right`, per true mark (the line's last word), the share written right;
+    `mark_by_copy`, per true mark, [share of lines whose whole body was copied exactly, share of marks right on
+    those, share of marks on the miscopied ones that are right *for the line as written*] -- which tells a copy
+    error (the line rewritten, then marked consistently) from a decision error (copied, then marked wrong).
     {name: [share, count]} for the keyed ones."""
     import numpy as np
 
     copies, flags, marks = [], collections.defaultdict(list), collections.defaultdict(list)
+    by_copy = collections.defaultdict(lambda: ([], [], []))
     for true, got in zip(true_checks, written_checks):
         got_lines = got.strip().split("\n")
         for i, line in enumerate(true.split("\n")):
             w = got_lines[i].strip() if i < len(got_lines) else ""
             (t_body, mark), (w_body, w_mark) = line.rsplit(" ", 1), (w.rsplit(" ", 1) + [""])[:2]
             marks[mark].append(w_mark == mark)
+            copied, (n_copied, right_copied, own_miscopied) = w_body == t_body, by_copy[mark]
+            n_copied.append(copied)
+            (right_copied if copied else own_miscopied).append(w_mark == (mark if copied else _line_mark(w_body)))
             t_segs, w_segs = t_body.split(" | "), w_body.split(" | ")
             copies.append(w_segs[0] == t_segs[0])
             for k, seg in enumerate(t_segs[1:], start=1):
@@ -150,8 +161,19 @@ def grade_check_lines(true_checks, written_checks) -> dict:
                     flags["-" if tok == "-" else "symbol" if tok.isupper() else tok].append(
                         j < len(w_tok) and w_tok[j] == tok)
     share = lambda d: {m: [float(np.mean(v)), len(v)] for m, v in sorted(d.items())}  # noqa: E731
+    mean = lambda v: float(np.mean(v)) if v else float("nan")  # noqa: E731
     return {"line_copied": float(np.mean(copies)) if copies else float("nan"), "flag_right": share(flags),
-            "mark_right": share(marks)}
+            "mark_right": share(marks),
+            "mark_by_copy": {m: [mean(a), mean(b), mean(c), len(a)] for m, (a, b, c) in sorted(by_copy.items())}}
+
+
+def _line_mark(body: str) -> str:
+    """The mark a Latin-square check line deserves as written (`Row r: given | cells` or `Col j: cells`)."""
+    cells = body.split(" | ")[-1].split(": ")[-1].split()
+    given = body.split(" | ")[0].split(": ")[-1].split() if " | " in body else []
+    if len(given) == len(cells) and any(g != "x" and g != c for g, c in zip(given, cells)):
+        return "changed"
+    return "repeat" if len(set(cells)) != len(cells) else "ok"
 
 
 def train_worked_check(model, tokenizer, task, rc, args) -> dict:
@@ -208,7 +230,8 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
     hist = sft_train(model, tokenizer, pairs + solve, steps=args.verify_steps,
                      batch_size=rc.sft.verify_batch_size + rc.sft.verify_solve_rows, lr=args.verify_lr,
                      warmup_steps=rc.sft.warmup_steps, seed=rc.seed, progress=False, prompt_fn=prompt_fn,
-                     span_weights=rare_mark_spans(args.mark_weight) if args.mark_weight != 1.0 else None)
+                     span_weights=(rare_mark_spans(args.mark_weight, args.mark_span) if args.mark_weight != 1.0
+                                   else None))
     after = held_report()
     return {"rows": 0, "contrast_rows": len(pairs) - own.get("own_rows", 0), **own, "solve_rows": len(solve),
             "heldout_rows": len(held),
@@ -246,6 +269,8 @@ def main(argv=None):
     p.add_argument("--mark-weight", type=float, default=1.0, metavar="W",
                    help="worked_check: loss weight of the tokens of the non-ok marks (repeat / changed) in the check "
                         "SFT (1 = every token alike)")
+    p.add_argument("--mark-span", default="mark", choices=["mark", "line"],
+                   help="--mark-weight weighs the mark word only, or the non-ok line's copied cells and its mark")
     p.add_argument("--latin-blanks", type=int, default=0,
                    help="latin_square blanks per grid (0 = the config's data.latin_blanks)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KNOB=VALUE",
