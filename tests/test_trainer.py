@@ -391,3 +391,5 @@ def test_sft_span_weights_weigh_the_loss_and_move_the_weighted_tokens_more(token
     for bad in ((3, 3, 2.0), (0, 2, -1.0), (0, 2, float("nan"))):
         with pytest.raises(ValueError, match="span weight"):
             span_token_weights([(0, 2)], [bad])
+    with pytest.raises(ValueError, match="past its"):
+        sft_rows(tokenizer, examples[:1], span_weights=lambda e: [(0, len(e.solution) + 1, 2.0)])

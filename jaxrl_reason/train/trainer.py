@@ -461,6 +461,9 @@ def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: C
         if not e.solution:
             raise ValueError(f"SFT example {e.id!r} has no `solution`; SFT warm-up needs worked solutions")
         spans = list(span_weights(e)) if span_weights is not None else []
+        if any(end > len(e.solution) for _, end, _ in spans):
+            raise ValueError(f"SFT example {e.id!r}: a span weight ends past its {len(e.solution)}-character "
+                             "solution; spans index `example.solution`")
         if spans:
             ids, offsets = tokenizer.encode_with_offsets(e.solution)
             weights.append(span_token_weights(offsets, spans) + [1.0])
