@@ -114,8 +114,7 @@ def rare_mark_spans(weight: float, span: str = "mark"):
     """Span weights (`train.trainer.sft_rows`) for worked-check rows: on each line whose mark is not `ok`, the
     mark word (`span="mark"`) or the line's copied cells and its mark (`span="line"`) weigh `weight`; other rows
     (worked solutions) and other tokens are untouched. Non-ok lines are ~12% of the check lines and the only ones
-    that decide the verdict. Run 15 weighed the marks and found the misses are copies: the verifier rewrites an
-    anomalous row as a valid one, then marks its own copy right (docs/results/testbed.md)."""
+    that decide the verdict (what the weights did: docs/results/testbed.md, runs 15-16)."""
     import re
 
     if span not in ("mark", "line"):
@@ -137,8 +136,8 @@ def grade_check_lines(true_checks, written_checks) -> dict:
     right at its position; `mark_right`, per true mark (the line's last word), the share written right;
     `mark_by_copy`, per true mark, [share of lines whose whole body was copied exactly, share of marks right on
     those, share of marks on the miscopied ones that are right *for the line as written*] -- which tells a copy
-    error (the line rewritten, then marked consistently) from a decision error (copied, then marked wrong).
-    {name: [share, count]} for the keyed ones."""
+    error (the line rewritten, then marked consistently) from a decision error (copied, then marked wrong), and
+    the line count. {name: [share, count]} for the other keyed ones."""
     import numpy as np
 
     copies, flags, marks = [], collections.defaultdict(list), collections.defaultdict(list)
@@ -280,6 +279,8 @@ def main(argv=None):
         p.error("--verify-format worked_check trains on contrast pairs only: add --contrast --verify-samples 0")
     if args.mark_weight != 1.0 and args.verify_format != "worked_check":
         p.error("--mark-weight weighs the marks of worked-check rows: add --verify-format worked_check")
+    if args.mark_span != "mark" and args.mark_weight == 1.0:
+        p.error("--mark-span chooses what --mark-weight weighs: give --mark-weight too")
     if not args.mark_weight >= 0:
         p.error(f"--mark-weight must be >= 0, got {args.mark_weight}")
     if args.check_own and args.verify_format != "worked_check":
