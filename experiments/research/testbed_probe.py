@@ -168,11 +168,10 @@ def grade_check_lines(true_checks, written_checks) -> dict:
 
 def _line_mark(body: str) -> str:
     """The mark a Latin-square check line deserves as written (`Row r: given | cells` or `Col j: cells`)."""
+    from jaxrl_reason.data.latin_square import line_mark
+
     cells = body.split(" | ")[-1].split(": ")[-1].split()
-    given = body.split(" | ")[0].split(": ")[-1].split() if " | " in body else []
-    if len(given) == len(cells) and any(g != "x" and g != c for g, c in zip(given, cells)):
-        return "changed"
-    return "repeat" if len(set(cells)) != len(cells) else "ok"
+    return line_mark(cells, body.split(" | ")[0].split(": ")[-1].split() if " | " in body else None)
 
 
 def train_worked_check(model, tokenizer, task, rc, args) -> dict:

@@ -270,6 +270,14 @@ def critique_text(question: str, cells: Sequence[str], kind: Optional[str]) -> s
 NO_GRID_CHECK = "Grid: unreadable"
 
 
+def line_mark(cells: Sequence[str], given: Optional[Sequence[str]] = None) -> str:
+    """A check line's mark: `changed` when a given (not blank) differs from its cell, else `repeat` when a symbol
+    is doubled, else `ok`. Columns have no givens."""
+    if given is not None and len(given) == len(cells) and any(g != BLANK and g != c for g, c in zip(given, cells)):
+        return "changed"
+    return "repeat" if len(set(cells)) != len(cells) else "ok"
+
+
 def check_text(question: str, cells: Optional[Sequence[str]]) -> str:
     """The check a verifier writes before its verdict, one constraint group per line, each a copy of what it
     compares and the outcome: a row line puts the question's row beside the answer's row (`changed` when a given
@@ -287,11 +295,9 @@ def check_text(question: str, cells: Optional[Sequence[str]]) -> str:
     lines = []
     for r, row in enumerate(rows):
         given = puzzle[r * N:(r + 1) * N]
-        mark = ("changed" if any(g != BLANK and g != c for g, c in zip(given, row))
-                else "repeat" if len(set(row)) != N else "ok")
-        lines.append(f"Row {r + 1}: {' '.join(given)} | {' '.join(row)} {mark}")
+        lines.append(f"Row {r + 1}: {' '.join(given)} | {' '.join(row)} {line_mark(row, given)}")
     for j, col in enumerate(cols):
-        lines.append(f"Col {j + 1}: {' '.join(col)} {'repeat' if len(set(col)) != N else 'ok'}")
+        lines.append(f"Col {j + 1}: {' '.join(col)} {line_mark(col)}")
     return "\n".join(lines)
 
 

@@ -466,10 +466,10 @@ def sft_rows(tokenizer, examples, *, max_len: Optional[int] = None, prompt_fn: C
                              "solution; spans index `example.solution`")
         if spans:
             ids, offsets = tokenizer.encode_with_offsets(e.solution)
-            weights.append(span_token_weights(offsets, spans) + [1.0])
+            weights.append(span_token_weights(offsets, spans) + [1.0])  # eos weighs 1
         else:
             ids = tokenizer.encode(e.solution)
-            weights.append([1.0] * (len(ids) + 1))
+            weights.append(1.0)  # a scalar: the row's every token
         ids = ids + [tokenizer.eos_id]
         if max_len and len(prompts[i]) + len(ids) > max_len:
             raise ValueError(f"SFT example {e.id!r}: prompt + solution is {len(prompts[i]) + len(ids)} tokens, "
