@@ -387,7 +387,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--check-tokens", type=int, default=0,
                    help="the model as its own verifier first writes a worked check of at most this many tokens "
                         "(greedy) and its verdict is read after it: models trained with data.verify_format="
-                        "worked_check (default 0: the verdict right after the verify prompt)")
+                        "worked_check or mark_check (default 0: the verdict right after the verify prompt)")
     p.add_argument("--correction-rounds", type=int, default=0,
                    help="CIPO self-correction rounds on the model's own greedy attempts: the share of wrong attempts "
                         "fixed and right ones broken per round, with tokens (0 = off); also --debug-bench's rounds")

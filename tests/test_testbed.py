@@ -427,6 +427,26 @@ def test_latin_worked_check_marks_the_line_that_breaks_and_its_verdict_is_the_ch
         ls.verify_target(LQ, ls.solution_text(LSQ), "cot")
 
 
+def test_latin_mark_check_is_the_worked_checks_marks_without_the_copies():
+    """verify_format="mark_check": the same lines and marks as the worked check, with nothing copied before the
+    mark, and the same verdict."""
+    changed = list(LSQ)
+    changed[0] = "B"
+    assert ls.check_text(LQ, changed, copies=False) == ("Row 1: changed\nRow 2: ok\nRow 3: ok\nRow 4: ok\n"
+                                                        "Col 1: repeat\nCol 2: ok\nCol 3: ok\nCol 4: ok")
+    assert ls.check_text(LQ, None, copies=False) == ls.NO_GRID_CHECK
+    rng = np.random.default_rng(1)
+    for e in ls.latin_square_examples(40, seed=4):
+        for sol in (e.solution, ls.solution_text(ls._wrong(e, rng)[0])):
+            worked, marks = ls.verify_target(e.question, sol, "worked_check"), ls.verify_target(e.question, sol,
+                                                                                                 "mark_check")
+            assert marks.rsplit("\n", 1)[1] == worked.rsplit("\n", 1)[1]  # the verdict
+            assert marks.split("\n")[:-1] == [f"{w.split(':')[0]}: {w.rsplit(' ', 1)[1]}"
+                                              for w in worked.split("\n")[:-1]]
+    with pytest.raises(ValueError, match="'mark_check' needs a task with a worked check"):
+        gp.verify_target(Q, _sol("A F G"), "mark_check")
+
+
 def test_probe_grades_a_written_check_line_by_line_per_flag_and_mark():
     """testbed_probe.grade_check_lines: a right check scores 1 everywhere; a check that copies every cell but calls
     every line ok is right on the copies and the ok marks only; a check cut short counts its missing lines wrong."""
@@ -512,6 +532,12 @@ def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
         assert len(rare_mark_spans(3.0)(r)) == sum(m != "ok" for m in marks)
         rare += len(rare_mark_spans(3.0)(r))
     assert rare >= 6  # every wrong pair breaks at least one line
+    marks_only = ls.verify_target(LQ, ls.solution_text(changed), "mark_check")
+    row = Example("prompt", "", "q0/check", marks_only, {"format": "verify"})
+    for span in ("mark", "line"):  # a mark_check line has nothing but its mark to weigh
+        assert [marks_only[a:b] for a, b, _ in rare_mark_spans(5.0, span)(row)] == ["changed", "repeat"]
+    pairs = worked_check_pairs("latin_square", ls.latin_square_examples(6, seed=2), seed=0, fmt="mark_check")
+    assert all(ln.split(": ")[1] in ("ok", "repeat", "changed") for r in pairs for ln in r.solution.split("\n")[:-1])
 
 
 def _latin_cfg(tmp_path, **data):
@@ -523,7 +549,8 @@ def _latin_cfg(tmp_path, **data):
     return c
 
 
-def test_worked_check_verify_rows_end_in_the_verdict_token_and_bad_uses_are_refused(tmp_path):
+@pytest.mark.parametrize("fmt", ["worked_check", "mark_check"])
+def test_worked_check_verify_rows_end_in_the_verdict_token_and_bad_uses_are_refused(tmp_path, fmt):
     from jaxrl_reason.experiment.config import read_run_config
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.experiment.model import build_tokenizer
@@ -531,7 +558,7 @@ def test_worked_check_verify_rows_end_in_the_verdict_token_and_bad_uses_are_refu
     from jaxrl_reason.experiment.warmup import sft_examples
     from jaxrl_reason.inference.verifier import verdict_ids
 
-    c = _latin_cfg(tmp_path, verify_format="worked_check")
+    c = _latin_cfg(tmp_path, verify_format=fmt)
     c.sft.aux_verify_share = 0.5
     rc, _ = start(c)
     task = build_data(rc.data, rc.seed)
@@ -544,11 +571,11 @@ def test_worked_check_verify_rows_end_in_the_verdict_token_and_bad_uses_are_refu
         ids = tok.encode(r.solution)  # the verdict is its own token after the line break, the id the scorer reads
         assert ids[-1] == (yes if r.solution.endswith(VERIFY_YES) else no)
         assert tok.decode(ids[:-1]) == r.solution.rsplit("\n", 1)[0] + "\n"
-    with pytest.raises(ValueError, match="data.verify_format='worked_check' needs a task"):
-        start(_latin_cfg(tmp_path, verify_format="worked_check", source="graph_path"))
+    with pytest.raises(ValueError, match=f"data.verify_format='{fmt}' needs a task"):
+        start(_latin_cfg(tmp_path, verify_format=fmt, source="graph_path"))
     with pytest.raises(ValueError, match="data.verify_format='bogus' is unknown"):
         start(_latin_cfg(tmp_path, verify_format="bogus"))
-    c = _latin_cfg(tmp_path, verify_format="worked_check")
+    c = _latin_cfg(tmp_path, verify_format=fmt)
     c.sft.verify_steps = 10
     with pytest.raises(ValueError, match="sft.verify_steps=0"):
         start(c)

@@ -103,6 +103,7 @@ def claim_seed(workdir: str, seed: int) -> None:
 
 def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> dict:
     from jaxrl_reason.data.datasets import load_examples
+    from jaxrl_reason.data.testbed import CHECK_FORMATS
     from jaxrl_reason.experiment.config import read_run_config
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.inference.test_time import evaluate
@@ -125,7 +126,7 @@ def evaluate_run(run_dir: str, cfg, n: int, questions: int, progress: bool) -> d
     # writes before its verdict.
     res = evaluate(model, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
                    seed=cfg.seed, progress=progress, keep_samples=False, reward_fn=build_data(d, cfg.seed).reward_fn,
-                   check_tokens=d.check_tokens if d.verify_format == "worked_check" else 0)
+                   check_tokens=d.check_tokens if d.verify_format in CHECK_FORMATS else 0)
     res["rl_steps"] = cfg.rl.steps
     json.dump(res, open(out_path, "w"), indent=2)
     return res

@@ -10,7 +10,8 @@
 3. the same after an offline verifier warm-up on the policy's own labelled samples of training questions
    (`train/verify_warmup.py`), i.e. the verifier RL^V could reach; with --contrast also on (worked solution,
    "Yes") / (injected wrong solution, "No") pairs, the wrong kinds drawn from the task's INJECT_WEIGHTS;
-   with --verify-format worked_check those pairs' targets are the task's worked check then the verdict, trained
+   with --verify-format worked_check (mark_check) those pairs' targets are the task's worked check (its marks
+   alone) then the verdict, trained
    by next-token SFT on the whole target (with worked-solution rows beside them), and the verifier writes its
    check (greedy, at most --check-tokens) before the score is read; --check-own K adds the checks of the
    policy's own attempts (K per training question) to those pairs; --mark-weight W weighs the tokens of the rare
@@ -56,15 +57,16 @@ def error_counts(examples, samples, source: str = "graph_path") -> dict:
 def measure(model, tokenizer, heldout, rc, args, reward_fn):
     from jaxrl_reason.inference.test_time import evaluate
 
-    check_tokens = args.check_tokens if args.verify_format == "worked_check" else 0
+    check_tokens = args.check_tokens if args.verify_format != "verdict" else 0
     return evaluate(model, tokenizer, heldout[:args.vote_questions], n=args.vote_n,
                     max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature, seed=rc.seed, progress=False,
                     reward_fn=reward_fn, keep_samples=True, check_tokens=check_tokens)
 
 
-def worked_check_pairs(source: str, examples, seed: int, extent: str = "minimal") -> list:
+def worked_check_pairs(source: str, examples, seed: int, extent: str = "minimal", fmt: str = "worked_check") -> list:
     """Per example two verify rows whose target is the worked check and the verdict: its worked solution and a
-    wrong one drawn in the policy's measured error mix (`data.testbed.injected_wrong` with `extent`)."""
+    wrong one drawn in the policy's measured error mix (`data.testbed.injected_wrong` with `extent`); `fmt` is the
+    check's form (`data.testbed.CHECK_FORMATS`)."""
     import numpy as np
 
     from jaxrl_reason.data import testbed
@@ -76,12 +78,12 @@ def worked_check_pairs(source: str, examples, seed: int, extent: str = "minimal"
         wrong = task.solution_text(testbed.injected_wrong(task, e, rng, extent)[0])
         for tag, sol in (("right", e.solution), ("wrong", wrong)):
             rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/check_{tag}",
-                                testbed.verify_target(task, e.question, sol, "worked_check"),
+                                testbed.verify_target(task, e.question, sol, fmt),
                                 {"format": "verify", "question": e.question, "solution": sol}))
     return rows
 
 
-def own_check_rows(source: str, examples, texts, labels, seed: int) -> list:
+def own_check_rows(source: str, examples, texts, labels, seed: int, fmt: str = "worked_check") -> list:
     """Worked-check verify rows of the policy's *own* attempts (`texts[i]` answers `examples[i]`, `labels[i]` its
     grade): each distinct wrong attempt and as many distinct right ones (drawn with `seed`), the target the task's
     check of that very answer then the verdict. Injected wrong answers are not the policy's (a rewritten given is
@@ -102,7 +104,7 @@ def own_check_rows(source: str, examples, texts, labels, seed: int) -> list:
     chosen = [wrong[i] for i in sorted(rng.permutation(len(wrong))[:n])] + \
         [right[i] for i in sorted(rng.permutation(len(right))[:n])]
     return [Example(verify_prompt(e.question, text), "", f"{e.id}/own_check{i}",
-                    testbed.verify_target(task, e.question, text, "worked_check"),
+                    testbed.verify_target(task, e.question, text, fmt),
                     {"format": "verify", "question": e.question, "solution": text, "attempt": "own"})
             for i, (e, text) in enumerate(chosen)]
 
@@ -119,12 +121,13 @@ def rare_mark_spans(weight: float, span: str = "mark"):
 
     if span not in ("mark", "line"):
         raise ValueError(f"rare_mark_spans span={span!r} is unknown; use 'mark' or 'line'")
-    pattern = re.compile(r"^(?:Row|Col) \d+: (.*) (%s)$" % "|".join(RARE_MARKS), re.M)
+    pattern = re.compile(r"^(?:Row|Col) \d+:(?: (.*))? (%s)$" % "|".join(RARE_MARKS), re.M)
 
     def spans(e):
         if e.meta.get("format") != "verify":
             return []
-        return [((m.start(2) if span == "mark" else m.start(1)), m.end(2), weight)
+        # a mark_check line has no copied cells: its "line" is its mark
+        return [((m.start(2) if span == "mark" or m.group(1) is None else m.start(1)), m.end(2), weight)
                 for m in pattern.finditer(e.solution)]
     return spans
 
@@ -175,10 +178,11 @@ def _line_mark(body: str) -> str:
 
 
 def train_worked_check(model, tokenizer, task, rc, args) -> dict:
-    """The offline verifier of --verify-format worked_check: SFT on worked-check pairs of the first
+    """The offline verifier of --verify-format worked_check / mark_check: SFT on worked-check pairs of the first
     --verify-questions training questions, with --check-solve-share worked-solution rows per verify row (the
-    warm-up's own slice, so the solver keeps its skill); the model is saved to <workdir>/verifier_model; pairs of the first 10% of those questions (at most 100), not trained
-    on, give its balanced accuracy before and after (the check written, then the verdict read)."""
+    warm-up's own slice, so the solver keeps its skill); the model is saved to <workdir>/verifier_model; pairs of
+    the first 10% of those questions (at most 100), not trained on, give its balanced accuracy before and after
+    (the check written, then the verdict read)."""
     import numpy as np
 
     from jaxrl_reason.data.prompts import VERIFY_YES
@@ -187,7 +191,7 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
 
     qs = task.train[:args.verify_questions]
     n_held = min(100, max(1, len(qs) // 10))
-    held = worked_check_pairs(rc.data.source, qs[:n_held], rc.seed + 1, rc.data.inject_extent)
+    held = worked_check_pairs(rc.data.source, qs[:n_held], rc.seed + 1, rc.data.inject_extent, args.verify_format)
     labels = np.array([r.solution.endswith(VERIFY_YES) for r in held])
 
     def held_report() -> dict:
@@ -204,7 +208,7 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
                 "example_check": written[1]}
 
     before = held_report()
-    pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed, rc.data.inject_extent)
+    pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed, rc.data.inject_extent, args.verify_format)
     own = {}
     if args.check_own:
         import jax
@@ -217,7 +221,7 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
             max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature,
             key=jax.random.PRNGKey(rc.seed + 2), prompt_fn=task.prompt_fn)
         rows = own_check_rows(rc.data.source, [e for e in train_qs for _ in range(args.check_own)], texts, graded,
-                              rc.seed + 2)
+                              rc.seed + 2, args.verify_format)
         own = {"own_rows": len(rows), "own_right_frac_sampled": float(graded.mean()),
                "own_marks": dict(collections.Counter(ln.rsplit(" ", 1)[1] for r in rows
                                                      for ln in r.solution.split("\n")[:-1]))}
@@ -253,9 +257,10 @@ def main(argv=None):
     p.add_argument("--contrast", action="store_true",
                    help="also train the offline verifier on (worked solution, Yes) / (injected wrong one, No) pairs "
                         "of each training question, the wrong one drawn from the task's INJECT_WEIGHTS mix")
-    p.add_argument("--verify-format", default="verdict", choices=["verdict", "worked_check"],
+    p.add_argument("--verify-format", default="verdict", choices=["verdict", "worked_check", "mark_check"],
                    help="the offline verifier's target: the one-token verdict, or the task's worked check then the "
-                        "verdict (needs --contrast and --verify-samples 0: contrast pairs only)")
+                        "verdict (worked_check: each line copies what it compares; mark_check: the marks alone; "
+                        "needs --contrast and --verify-samples 0: contrast pairs only)")
     p.add_argument("--check-tokens", type=int, default=256,
                    help="worked_check: the most tokens the verifier writes before its verdict is read")
     p.add_argument("--check-solve-share", type=float, default=0.25,
@@ -274,16 +279,18 @@ def main(argv=None):
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KNOB=VALUE",
                    help="override any config knob, e.g. --set sft.lr=1e-3 (repeatable)")
     args = p.parse_args(argv)
-    if args.verify_format == "worked_check" and not (args.contrast and args.verify_samples == 0):
-        p.error("--verify-format worked_check trains on contrast pairs only: add --contrast --verify-samples 0")
-    if args.mark_weight != 1.0 and args.verify_format != "worked_check":
-        p.error("--mark-weight weighs the marks of worked-check rows: add --verify-format worked_check")
+    checked = args.verify_format != "verdict"
+    if checked and not (args.contrast and args.verify_samples == 0):
+        p.error(f"--verify-format {args.verify_format} trains on contrast pairs only: add --contrast "
+                "--verify-samples 0")
+    if args.mark_weight != 1.0 and not checked:
+        p.error("--mark-weight weighs the marks of worked-check rows: add --verify-format worked_check or mark_check")
     if args.mark_span != "mark" and args.mark_weight == 1.0:
         p.error("--mark-span chooses what --mark-weight weighs: give --mark-weight too")
     if not args.mark_weight >= 0:
         p.error(f"--mark-weight must be >= 0, got {args.mark_weight}")
-    if args.check_own and args.verify_format != "worked_check":
-        p.error("--check-own writes worked-check rows: add --verify-format worked_check")
+    if args.check_own and not checked:
+        p.error("--check-own writes worked-check rows: add --verify-format worked_check or mark_check")
 
     from absl import logging
 
@@ -340,7 +347,7 @@ def main(argv=None):
         contrast_fn = lambda e, rng: tb.solution_text(  # noqa: E731
             testbed.injected_wrong(tb, e, rng, rc.data.inject_extent)[0])
     t = time.time()
-    if args.verify_format == "worked_check":
+    if args.verify_format != "verdict":
         out["verify_warmup"] = {"seconds": None, **train_worked_check(model, tokenizer, task, rc, args)}
         out["verify_warmup"]["seconds"] = time.time() - t
         from jaxrl_reason.experiment.model import save_hf

@@ -265,7 +265,7 @@ def critique_text(question: str, cells: Sequence[str], kind: Optional[str]) -> s
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The worked check (verify_format="worked_check"): the verifier writes the check before its verdict
+# The worked check (verify_format="worked_check" / "mark_check"): the verifier writes the check before its verdict
 # ----------------------------------------------------------------------------------------------------------------
 NO_GRID_CHECK = "Grid: unreadable"
 
@@ -278,7 +278,7 @@ def line_mark(cells: Sequence[str], given: Optional[Sequence[str]] = None) -> st
     return "repeat" if len(set(cells)) != len(cells) else "ok"
 
 
-def check_text(question: str, cells: Optional[Sequence[str]]) -> str:
+def check_text(question: str, cells: Optional[Sequence[str]], copies: bool = True) -> str:
     """The check a verifier writes before its verdict, one constraint group per line, each a copy of what it
     compares and the outcome: a row line puts the question's row beside the answer's row (`changed` when a given
     differs, else `repeat` when a symbol is doubled, else `ok`), a column line copies the answer's column. Every
@@ -287,7 +287,11 @@ def check_text(question: str, cells: Optional[Sequence[str]]) -> str:
 
         Row 1: A x C x | A B C D ok
         ...
-        Col 4: D B C A ok"""
+        Col 4: D B C A ok
+
+    copies=False (verify_format="mark_check"): each line is its mark alone (`Row 1: ok`), decided over the cells
+    where they stand in the prompt. A copy can go wrong in its own way: a small model trained beside a solver
+    rewrites an anomalous row as a valid one, then marks its copy `ok` (docs/results/testbed.md, run 15)."""
     if cells is None or len(cells) != N * N or any(c not in SYMBOLS for c in cells):
         return NO_GRID_CHECK
     puzzle = parse_question(question)
@@ -295,9 +299,11 @@ def check_text(question: str, cells: Optional[Sequence[str]]) -> str:
     lines = []
     for r, row in enumerate(rows):
         given = puzzle[r * N:(r + 1) * N]
-        lines.append(f"Row {r + 1}: {' '.join(given)} | {' '.join(row)} {line_mark(row, given)}")
+        shown = f" {' '.join(given)} | {' '.join(row)}" if copies else ""
+        lines.append(f"Row {r + 1}:{shown} {line_mark(row, given)}")
     for j, col in enumerate(cols):
-        lines.append(f"Col {j + 1}: {' '.join(col)} {line_mark(col)}")
+        shown = f" {' '.join(col)}" if copies else ""
+        lines.append(f"Col {j + 1}:{shown} {line_mark(col)}")
     return "\n".join(lines)
 
 

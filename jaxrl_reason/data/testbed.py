@@ -30,8 +30,9 @@ class TestbedTask(NamedTuple):
     inject_weights: Mapping[str, float]  # the policy's measured error mix that injected kinds follow
     critique_text: Callable[[str, Any, Optional[str]], str]  # (question, answer, kind) -> the four-field critique
     can_inject: Callable[[Example, str], bool] = lambda e, kind: True  # a kind this instance admits
-    # (question, answer or None) -> the worked check written before the verdict (verify_format="worked_check")
-    check_text: Optional[Callable[[str, Any], str]] = None
+    # (question, answer or None, copies) -> the worked check written before the verdict (verify_format
+    # "worked_check": each line copies what it compares, then its mark; "mark_check", copies=False: the marks alone)
+    check_text: Optional[Callable[..., str]] = None
     # a wrong answer spread like the policy's own (several positions off, inject_extent="spread"), or None
     inject_spread: Optional[Callable[[Example, np.random.Generator], Any]] = None
 
@@ -60,7 +61,8 @@ def reward(task: TestbedTask, texts: Sequence[str], examples: Sequence[Example])
     return RewardResult(np.asarray(scores, np.float32), details)
 
 
-VERIFY_FORMATS = ("verdict", "worked_check")
+VERIFY_FORMATS = ("verdict", "worked_check", "mark_check")
+CHECK_FORMATS = ("worked_check", "mark_check")  # the formats whose verify target is a written check, then the verdict
 # The testbed tasks by data source: each module describes itself as a TestbedTask named TASK
 TASK_MODULES = {"graph_path": "jaxrl_reason.data.graph_path", "graph_colour": "jaxrl_reason.data.graph_colour",
                 "latin_square": "jaxrl_reason.data.latin_square"}
@@ -77,16 +79,17 @@ def task_of(source: str) -> TestbedTask:
 
 def verify_target(task: TestbedTask, question: str, text: str, verify_format: str = "verdict") -> str:
     """The verify row's target: the verdict alone ("verdict", METHODS §2), or the task's worked check of the
-    answer, a line break and the verdict ("worked_check", a [choice]: docs/methods/testbed.md)."""
+    answer, a line break and the verdict ("worked_check", each check line copying what it compares; "mark_check",
+    the lines' marks alone: [choices], docs/methods/testbed.md)."""
     verdict = VERIFY_YES if check(task, question, text) else VERIFY_NO
     if verify_format == "verdict":
         return verdict
-    if verify_format != "worked_check":
+    if verify_format not in CHECK_FORMATS:
         raise ValueError(f"verify_format={verify_format!r} is unknown; use {' | '.join(VERIFY_FORMATS)}")
     if task.check_text is None:
-        raise ValueError(f"verify_format='worked_check' needs a task with a worked check; {task.source} has none "
-                         "(use verify_format='verdict')")
-    return f"{task.check_text(question, task.parse(text))}\n{verdict}"
+        raise ValueError(f"verify_format={verify_format!r} needs a task with a worked check; {task.source} has "
+                         "none (use verify_format='verdict')")
+    return f"{task.check_text(question, task.parse(text), copies=verify_format == 'worked_check')}\n{verdict}"
 
 
 INJECT_EXTENTS = ("minimal", "spread")

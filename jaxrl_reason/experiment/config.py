@@ -70,9 +70,10 @@ class DataSection:
     graph_arm_len: int = 3  # source=graph_path: nodes per chain (the goal ends one chain)
     latin_blanks: int = 10  # source=latin_square: blank cells of the 16 (the difficulty knob, 1..10)
     # what a verify row's target is and what the verifier writes before its score: verdict (the one token, METHODS
-    # §2) | worked_check (the task's check lines, then the verdict; testbed tasks with a check, docs/methods/testbed.md)
+    # §2) | worked_check (the task's check lines, each copying what it compares, then the verdict; testbed tasks with a
+    # check, docs/methods/testbed.md) | mark_check (the same lines with their marks alone, no copies)
     verify_format: str = "verdict"
-    check_tokens: int = 192  # worked_check: the most tokens the verifier writes before its verdict is read
+    check_tokens: int = 192  # worked_check / mark_check: the most tokens the verifier writes before its verdict is read
     # testbed warm-up rows' wrong solutions: minimal (one error of a measured kind, 1-2 positions) | spread (off in
     # as many positions as the policy's own wrong answers; latin_square), docs/methods/testbed.md
     inject_extent: str = "minimal"

@@ -9,7 +9,8 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.data.testbed import INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows, own_attempt_rows, task_of
+from jaxrl_reason.data.testbed import (CHECK_FORMATS, INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows, own_attempt_rows,
+                                       task_of)
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
 from jaxrl_reason.experiment.model import build_model, load_hf, save_hf
 
@@ -81,16 +82,16 @@ def check_aux_formats(rc: RunConfig) -> None:
     fmt = rc.data.verify_format
     if fmt not in VERIFY_FORMATS:
         raise ValueError(f"config data.verify_format={fmt!r} is unknown; use {' | '.join(VERIFY_FORMATS)}")
-    if fmt == "worked_check":
+    if fmt in CHECK_FORMATS:
         if rc.data.source not in AUX_FORMATS or task_of(rc.data.source).check_text is None:
             with_check = [s for s in AUX_FORMATS if task_of(s).check_text is not None]
-            raise ValueError(f"config data.verify_format='worked_check' needs a task that writes a worked check "
+            raise ValueError(f"config data.verify_format={fmt!r} needs a task that writes a worked check "
                              f"({' | '.join(with_check)}), got data.source={rc.data.source!r}; use 'verdict'")
         if rc.data.check_tokens < 1:
             raise ValueError(f"config data.check_tokens={rc.data.check_tokens} must be >= 1: the verifier writes "
                              "its worked check in at most that many tokens")
         if s.verify_steps > 0:
-            raise ValueError("config data.verify_format='worked_check' teaches the check through the SFT rows "
+            raise ValueError(f"config data.verify_format={fmt!r} teaches the check through the SFT rows "
                              "(sft.aux_verify_share); the verification warm-up (sft.verify_steps) trains the "
                              "one-token verdict only: set sft.verify_steps=0")
 

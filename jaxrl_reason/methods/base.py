@@ -75,7 +75,7 @@ class Context(NamedTuple):
     temperature: float = 1.0  # the sampling temperature: a recomputed pi_old scores under logits / temperature
     max_new_tokens: int = 0  # the trainer's generation limit (DAPO's overlong shaping reads it; 0 = unknown)
     # (question, completion) -> a verify row's target text when the data writes a worked check before the verdict
-    # (data.verify_format="worked_check"); None: the one-token verdict
+    # (data.verify_format="worked_check" / "mark_check"); None: the one-token verdict
     verify_target: Optional[Callable[[str, str], str]] = None
 
 
