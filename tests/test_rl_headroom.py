@@ -18,6 +18,8 @@ def test_grid_is_parsed_and_bad_specs_are_refused():
     for bad in ("lr=1e-4", "rl.lr", "rl.lr="):
         with pytest.raises(ValueError, match="SECTION.KNOB=V1,V2"):
             rl_headroom.parse_grid([bad])
+    with pytest.raises(ValueError, match="only rl.. and method.. knobs"):
+        rl_headroom.parse_grid(["sft.steps=10,20"])  # the warm-up is shared, so it cannot vary
     with pytest.raises(ValueError, match="twice"):
         rl_headroom.parse_grid(["rl.lr=1e-4", "rl.lr=1e-3"])
 
@@ -33,12 +35,10 @@ def test_phase_means_are_the_first_and_last_fifth_of_the_steps(tmp_path):
 
 @pytest.mark.slow
 def test_every_grid_point_trains_from_the_same_warm_up_with_its_own_knob(tmp_path):
-    """Two learning rates from one saved warm-up: both start at the same greedy accuracy, the warm-up is scored
-    once, and the knob reaches its run (step 2 sees the same samples under both, as the warm-up's first step has
-    lr 0, so Adam's update norms differ by the ratio of the learning rates)."""
-    from jaxrl_reason.configs import load_config_file
-    from jaxrl_reason.experiment.pipeline import run
-
+    """Two learning rates, the first point training the warm-up the second starts from: both start at the same
+    greedy accuracy, the warm-up is scored once, and the knob reaches its run (step 2 sees the same samples under
+    both, as the warm-up's first step has lr 0, so Adam's update norms differ by the ratio of the learning rates);
+    a later sweep `--from` that run starts from its warm-up."""
     path = tmp_path / "tiny.py"
     path.write_text(
         "from jaxrl_reason.configs.testbed_latin import get_config as preset\n\n\n"
@@ -52,13 +52,9 @@ def test_every_grid_point_trains_from_the_same_warm_up_with_its_own_knob(tmp_pat
         "    c.rl.eval_every, c.rl.progress = 0, False\n"
         "    c.method.name, c.method.extra = 'grpo', {}\n"
         "    return c\n")
-    source = load_config_file(str(path))
-    source.workdir = str(tmp_path / "source")
-    run(source)
     root = tmp_path / "sweep"
-    rl_headroom.main(["--config", str(path), "--from", str(tmp_path / "source"), "--workdir", str(root),
-                      "--grid", "rl.lr=1e-4,1e-3", "--questions", "4", "--n", "2", "--no-progress",
-                      "--config.rl.steps=2"])
+    rl_headroom.main(["--config", str(path), "--workdir", str(root), "--grid", "rl.lr=1e-4,1e-3", "--questions", "4",
+                      "--n", "2", "--no-progress", "--config.rl.steps=2"])
     rows = json.loads((root / "summary.json").read_text())
     assert [r["point"] for r in rows] == [{"rl.lr": "1e-4"}, {"rl.lr": "1e-3"}]
     assert rows[0]["before_greedy"] == rows[1]["before_greedy"] and rows[0]["before_pass1"] == rows[1]["before_pass1"]
@@ -72,6 +68,10 @@ def test_every_grid_point_trains_from_the_same_warm_up_with_its_own_knob(tmp_pat
         assert json.loads((root / name / "results.json").read_text())["rl_steps"] == 2
     assert norms[1][2] == pytest.approx(10 * norms[0][2], rel=0.05)
     assert "| 1e-3 |" in (root / "summary.md").read_text()
+    rl_headroom.main(["--config", str(path), "--from", str(root / "lr1e-4"), "--workdir", str(tmp_path / "again"),
+                      "--grid", "rl.lr=3e-4", "--questions", "4", "--n", "2", "--no-progress", "--config.rl.steps=2"])
+    again = json.loads((tmp_path / "again" / "summary.json").read_text())[0]
+    assert again["before_greedy"] == rows[0]["before_greedy"] and again["before_pass1"] == rows[0]["before_pass1"]
     with pytest.raises(SystemExit):  # a source without a warm-up is refused before anything runs
         rl_headroom.main(["--config", str(path), "--from", str(tmp_path), "--workdir", str(root),
                           "--grid", "rl.lr=1e-4"])

@@ -1,5 +1,6 @@
-"""How far plain GRPO moves a saved warm-up, over a grid of RL knobs: each grid point is a GRPO run from the same
-tokenizer and SFT model (`--from`, a run directory holding both), scored on the same held-out questions -- greedy
+"""How far plain GRPO moves a warm-up, over a grid of RL knobs: each grid point is a GRPO run from the same
+tokenizer and SFT model (`--from`, a run directory holding both; without it the first point trains the config's
+warm-up and the others start from it), scored on the same held-out questions -- greedy
 accuracy before and after, pass@1 from N samples at the RL temperature -- beside what its training metrics say
 (reward and per-token entropy over the first and last fifth of the steps).
 
@@ -7,7 +8,8 @@ accuracy before and after, pass@1 from N samples at the RL temperature -- beside
         --from runs/bench_cure/seed0/grpo --workdir runs/rl_headroom --grid rl.lr=2e-5,1e-4,3e-4 \
         --config.rl.steps=200
 
-`--grid KNOB=V1,V2,...` may repeat (every combination runs); a finished point is reused. The question it answers
+`--grid KNOB=V1,V2,...` may repeat (every combination runs; only `rl.*` and `method.*` knobs, since the warm-up is
+shared); a finished point is reused. The question it answers
 is whether a method's benchmark at a given RL budget can show anything: if no point moves the policy, no method
 built on the same update will either.
 """
@@ -34,12 +36,16 @@ from jaxrl_reason.configs import load_config_file  # noqa: E402
 
 
 def parse_grid(specs) -> list:
-    """[(knob, [values as written])] from `KNOB=V1,V2,...` strings; a knob is `section.name`."""
+    """[(knob, [values as written])] from `KNOB=V1,V2,...` strings; a knob is `section.name` in a section that
+    acts after the warm-up (rl, method)."""
     grid = []
     for spec in specs:
         knob, sep, values = spec.partition("=")
         if not sep or "." not in knob or not values:
             raise ValueError(f"--grid {spec!r}: write it as SECTION.KNOB=V1,V2,... (e.g. rl.lr=2e-5,1e-4)")
+        if knob.split(".")[0] not in ("rl", "method"):
+            raise ValueError(f"--grid {knob}: every point shares one warm-up, so only rl.* and method.* knobs can "
+                             "vary; set the others once with --config.SECTION.KNOB=VALUE")
         if knob in (k for k, _ in grid):
             raise ValueError(f"--grid names {knob} twice; give all its values in one --grid")
         grid.append((knob, values.split(",")))
@@ -94,15 +100,16 @@ def score(cfg, model_dir: str, tokenizer_dir: str, *, questions: int, n: int) ->
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
-    p.add_argument("--from", dest="source", required=True,
-                   help="a run directory with the tokenizer/ and sft_model/ every point starts from")
+    p.add_argument("--from", dest="source",
+                   help="a run directory with the tokenizer/ and sft_model/ every point starts from (default: the "
+                        "first point trains the config's warm-up)")
     p.add_argument("--workdir", required=True)
     p.add_argument("--grid", action="append", required=True, help="SECTION.KNOB=V1,V2,... (repeatable)")
     p.add_argument("--questions", type=int, default=256)
     p.add_argument("--n", type=int, default=8, help="samples per question for pass@1")
     p.add_argument("--no-progress", action="store_true")
     args, overrides = config_overrides(p, argv)
-    for name in ("tokenizer", "sft_model", "results.json"):
+    for name in ("tokenizer", "sft_model", "results.json") if args.source else ():
         if not os.path.exists(os.path.join(args.source, name)):
             p.error(f"--from {args.source} has no {name}: give a finished run's directory")
     try:
@@ -110,18 +117,20 @@ def main(argv=None):
     except ValueError as e:
         p.error(str(e))
 
-    rows = []
+    rows, source = [], args.source
     for point in itertools.product(*[[(knob, v) for v in values] for knob, values in grid]):
         cfg = load_config_file(args.config, overrides + tuple(f"--config.{k}={v}" for k, v in point))
         as_plain_grpo(cfg, verify_warmup=True)
         cfg.workdir = os.path.join(args.workdir, point_name(point))
         cfg.rl.progress = not args.no_progress
-        share_warmup(args.source, cfg.workdir)
+        if source:
+            share_warmup(source, cfg.workdir)
         if not trained(cfg):
             from jaxrl_reason.experiment.pipeline import run
 
             print(f"== {point_name(point)}: {cfg.rl.steps} GRPO steps in {cfg.workdir}", flush=True)
             run(cfg)
+        source = source or cfg.workdir
         results = json.load(open(os.path.join(cfg.workdir, "results.json")))
         # every point starts from the same warm-up: it is scored once, in the first point's directory
         before = rows[0]["before_pass1"] if rows else score(
@@ -131,10 +140,11 @@ def main(argv=None):
                       questions=args.questions, n=args.n)
         rows.append({"point": dict(point), "before_greedy": results["before"]["accuracy"],
                      "after_greedy": results["after"]["accuracy"], "before_pass1": before, "after_pass1": after,
-                     "train": phase_means(cfg.workdir), "rl_seconds": results.get("rl_seconds")})
+                     "train": phase_means(cfg.workdir), "rl_seconds": results.get("rl_seconds"),
+                     "workdir": cfg.workdir})
 
     knobs = [k for k, _ in grid]
-    lines = [f"GRPO from `{args.source}`, {args.questions} held-out questions, pass@1 from {args.n} samples", "",
+    lines = [f"GRPO from `{args.source or rows[0]['workdir']}`, {args.questions} held-out questions, pass@1 from {args.n} samples", "",
              "| " + " | ".join(knobs) + " | greedy before -> after | pass@1 before -> after | train reward first -> "
              "last fifth | entropy first -> last fifth (nats/token) | RL s |",
              "|" + "---|" * (len(knobs) + 5)]
