@@ -1,17 +1,16 @@
-"""How far plain GRPO moves a warm-up, over a grid of RL knobs: each grid point is a GRPO run from the same
-tokenizer and SFT model (`--from`, a run directory holding both; without it the first point trains the config's
-warm-up and the others start from it), scored on the same held-out questions -- greedy
-accuracy before and after, pass@1 from N samples at the RL temperature -- beside what its training metrics say
+"""How far plain GRPO moves a warm-up, over a grid of RL knobs. Each grid point is a GRPO run (the config with its
+method replaced by plain GRPO, its warm-up kept) from the same tokenizer and SFT model -- `--from`, a run directory
+holding both, or without it the warm-up the first point trains -- scored on the same held-out questions: greedy
+accuracy before and after, pass@1 from N samples at the RL temperature, beside what its training metrics say
 (reward and per-token entropy over the first and last fifth of the steps).
 
     python experiments/research/rl_headroom.py --config experiments/configs/testbed_latin_cure.py \
         --from runs/bench_cure/seed0/grpo --workdir runs/rl_headroom --grid rl.lr=2e-5,1e-4,3e-4 \
         --config.rl.steps=200
 
-`--grid KNOB=V1,V2,...` may repeat (every combination runs; only `rl.*` and `method.*` knobs, since the warm-up is
-shared); a finished point is reused. The question it answers
-is whether a method's benchmark at a given RL budget can show anything: if no point moves the policy, no method
-built on the same update will either.
+`--grid KNOB=V1,V2,...` may repeat (every combination runs); only `rl.*` and `method.*` knobs may vary, since the
+warm-up is shared. A finished point is reused. The question it answers is whether a method's benchmark at a given
+RL budget can show anything: if no point moves the policy, no method built on the same update will either.
 """
 from __future__ import annotations
 
@@ -144,7 +143,8 @@ def main(argv=None):
                      "workdir": cfg.workdir})
 
     knobs = [k for k, _ in grid]
-    lines = [f"GRPO from `{args.source or rows[0]['workdir']}`, {args.questions} held-out questions, pass@1 from {args.n} samples", "",
+    lines = [f"GRPO from `{args.source or rows[0]['workdir']}`, {args.questions} held-out questions, pass@1 from "
+             f"{args.n} samples", "",
              "| " + " | ".join(knobs) + " | greedy before -> after | pass@1 before -> after | train reward first -> "
              "last fifth | entropy first -> last fifth (nats/token) | RL s |",
              "|" + "---|" * (len(knobs) + 5)]

@@ -11,9 +11,8 @@
    (`train/verify_warmup.py`), i.e. the verifier RL^V could reach; with --contrast also on (worked solution,
    "Yes") / (injected wrong solution, "No") pairs, the wrong kinds drawn from the task's INJECT_WEIGHTS;
    with --verify-format worked_check (mark_check) those pairs' targets are the task's worked check (its marks
-   alone) then the verdict, trained
-   by next-token SFT on the whole target (with worked-solution rows beside them), and the verifier writes its
-   check (greedy, at most --check-tokens) before the score is read; --check-own K adds the checks of the
+   alone) then the verdict, trained by next-token SFT on the whole target (with worked-solution rows beside
+   them), and the verifier writes its check (greedy, at most --check-tokens) before the score is read; --check-own K adds the checks of the
    policy's own attempts (K per training question) to those pairs; --mark-weight W weighs the tokens of the rare
    non-ok marks (`repeat`, `changed`) W times in that SFT's loss (with --mark-span line, the whole non-ok line).
 The SFT model is kept in <workdir>/sft_model and reused by a later call with the same workdir.
@@ -140,7 +139,8 @@ def grade_check_lines(true_checks, written_checks) -> dict:
     `mark_by_copy`, per true mark, [share of lines whose whole body was copied exactly, share of marks right on
     those, share of marks on the miscopied ones that are right *for the line as written*] -- which tells a copy
     error (the line rewritten, then marked consistently) from a decision error (copied, then marked wrong), and
-    the line count. {name: [share, count]} for the other keyed ones."""
+    the line count. {name: [share, count]} for the other keyed ones. A mark_check line copies nothing, so its copy
+    shares are 1 by construction and only `mark_right` says anything."""
     import numpy as np
 
     copies, flags, marks = [], collections.defaultdict(list), collections.defaultdict(list)
