@@ -12,9 +12,10 @@
    "Yes") / (injected wrong solution, "No") pairs, the wrong kinds drawn from the task's INJECT_WEIGHTS;
    with --verify-format worked_check (mark_check) those pairs' targets are the task's worked check (its marks
    alone) then the verdict, trained by next-token SFT on the whole target (with worked-solution rows beside
-   them), and the verifier writes its check (greedy, at most --check-tokens) before the score is read; --check-own K adds the checks of the
-   policy's own attempts (K per training question) to those pairs; --mark-weight W weighs the tokens of the rare
-   non-ok marks (`repeat`, `changed`) W times in that SFT's loss (with --mark-span line, the whole non-ok line).
+   them), and the verifier writes its check (greedy, at most --check-tokens) before the score is read;
+   --check-own K adds the checks of the policy's own attempts (K per training question) to those pairs;
+   --mark-weight W weighs the tokens of the rare non-ok marks (`repeat`, `changed`) W times in that SFT's loss
+   (with --mark-span line, the whole non-ok line).
 The SFT model is kept in <workdir>/sft_model and reused by a later call with the same workdir.
 Scores come from `inference.test_time.evaluate` and `inference.diagnostics.verifier_quality`.
 """

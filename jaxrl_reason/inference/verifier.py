@@ -8,8 +8,8 @@ trainer's verify loss, so the token the loss teaches is exactly the token `score
 
 [choice, `check_tokens` > 0; docs/methods/testbed.md] A worked check: the verifier first writes, greedily, the
 check its verify rows taught (data.verify_format="worked_check" / "mark_check": one line per constraint group),
-and the score is P("Yes") read where it would write the verdict. For a from-scratch model a verdict over a whole solution in one
-forward pass is the hard part; written out line by line each decision is local.
+and the score is P("Yes") read where it would write the verdict. For a from-scratch model a verdict over a whole
+solution in one forward pass is the hard part; written out line by line each decision is local.
 
 LLM-as-a-judge baseline: the paper's judge for a base RL model is this very call on a model that was not trained
 to verify (same prompt, P(Yes) as the score, no verification chain of thought). Pass that model to `score`.
