@@ -40,16 +40,17 @@ def train_arms(config: str, root: str, seed: int, method: str, *, rl_steps: int 
     return cfgs
 
 
-def load_arm(cfg, questions: int):
-    """(model, tokenizer, the first `questions` held-out examples, the run's TaskData) of a finished arm."""
+def load_arm(cfg, questions: int, model: str = "final", tokenizer: str = "final"):
+    """(model, tokenizer, the first `questions` held-out examples, the run's TaskData) of a finished arm; `model`
+    and `tokenizer` name the run's subdirectories to load (its warm-up: "sft_model", "tokenizer")."""
     from jaxrl_reason.data.datasets import load_examples
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.models.hf_port import load_pretrained
     from jaxrl_reason.tokenization import Tokenizer
 
-    final = os.path.join(cfg.workdir, "final")
     examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
-    return load_pretrained(final), Tokenizer.from_pretrained(final), examples, build_data(cfg.data, cfg.seed)
+    return (load_pretrained(os.path.join(cfg.workdir, model)),
+            Tokenizer.from_pretrained(os.path.join(cfg.workdir, tokenizer)), examples, build_data(cfg.data, cfg.seed))
 
 
 def config_overrides(parser, argv=None):
@@ -61,9 +62,9 @@ def config_overrides(parser, argv=None):
     return args, tuple(rest)
 
 
-def cached_eval(cfg, key: dict):
-    """The arm's bench_eval.json when it was written for the same `key`, else None."""
-    path = os.path.join(cfg.workdir, "bench_eval.json")
+def cached_eval(cfg, key: dict, name: str = "bench_eval.json"):
+    """The arm's evaluation file `name` when it was written for the same `key`, else None."""
+    path = os.path.join(cfg.workdir, name)
     if os.path.exists(path):
         cached = json.load(open(path))
         if cached.get("key") == key:
@@ -71,6 +72,6 @@ def cached_eval(cfg, key: dict):
     return None
 
 
-def save_eval(cfg, out: dict) -> dict:
-    json.dump(out, open(os.path.join(cfg.workdir, "bench_eval.json"), "w"), indent=2)
+def save_eval(cfg, out: dict, name: str = "bench_eval.json") -> dict:
+    json.dump(out, open(os.path.join(cfg.workdir, name), "w"), indent=2)
     return out

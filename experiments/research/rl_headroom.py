@@ -29,7 +29,7 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-from against_grpo import config_overrides  # noqa: E402
+from against_grpo import cached_eval, config_overrides, load_arm, save_eval  # noqa: E402
 from bench_rlv import as_plain_grpo, share_warmup, trained  # noqa: E402
 from jaxrl_reason.configs import load_config_file  # noqa: E402
 
@@ -66,34 +66,20 @@ def phase_means(run_dir: str, keys=("reward/mean", "solve/entropy")) -> dict:
             for key in keys}
 
 
-def sampled_pass1(model, tokenizer, examples, task, *, n: int, cfg) -> float:
+def score(cfg, model: str, tokenizer: str, *, questions: int, n: int) -> float:
+    """pass@1 of the run's `model` subdirectory (with `tokenizer`'s) from `n` samples on its first `questions`
+    held-out questions, cached beside the run as pass1_<model>.json under the same key."""
     from jaxrl_reason.inference.test_time import evaluate
-
-    pool = evaluate(model, tokenizer, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens,
-                    temperature=cfg.rl.temperature, seed=cfg.seed, reward_fn=task.reward_fn,
-                    progress=cfg.rl.progress, keep_samples=False)
-    return float(pool["sample_accuracy"])
-
-
-def score(cfg, model_dir: str, tokenizer_dir: str, *, questions: int, n: int) -> float:
-    """pass@1 of the model in `model_dir` from `n` samples on the run's first `questions` held-out questions
-    (cached beside the run as pass1_<model>.json, reused only under the same key)."""
-    from jaxrl_reason.data.datasets import load_examples
-    from jaxrl_reason.experiment.data import build_data
-    from jaxrl_reason.models.hf_port import load_pretrained
-    from jaxrl_reason.tokenization import Tokenizer
 
     key = {"questions": questions, "n": n, "rl_steps": cfg.rl.steps, "temperature": cfg.rl.temperature,
            "seed": cfg.seed}
-    path = os.path.join(cfg.workdir, f"pass1_{os.path.basename(model_dir)}.json")
-    if os.path.exists(path) and json.load(open(path))["key"] == key:
-        return json.load(open(path))["pass1"]
-    examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
-    task = build_data(cfg.data, cfg.seed)
-    pass1 = sampled_pass1(load_pretrained(model_dir), Tokenizer.from_pretrained(tokenizer_dir), examples, task,
-                          n=n, cfg=cfg)
-    json.dump({"key": key, "pass1": pass1}, open(path, "w"), indent=2)
-    return pass1
+    cached = cached_eval(cfg, key, f"pass1_{model}.json")
+    if cached is not None:
+        return cached["pass1"]
+    policy, tok, examples, task = load_arm(cfg, questions, model, tokenizer)
+    pool = evaluate(policy, tok, examples, n=n, max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.rl.temperature,
+                    seed=cfg.seed, reward_fn=task.reward_fn, progress=cfg.rl.progress, keep_samples=False)
+    return save_eval(cfg, {"key": key, "pass1": float(pool["sample_accuracy"])}, f"pass1_{model}.json")["pass1"]
 
 
 def main(argv=None):
@@ -132,11 +118,9 @@ def main(argv=None):
         source = source or cfg.workdir
         results = json.load(open(os.path.join(cfg.workdir, "results.json")))
         # every point starts from the same warm-up: it is scored once, in the first point's directory
-        before = rows[0]["before_pass1"] if rows else score(
-            cfg, os.path.join(cfg.workdir, "sft_model"), os.path.join(cfg.workdir, "tokenizer"),
-            questions=args.questions, n=args.n)
-        after = score(cfg, os.path.join(cfg.workdir, "final"), os.path.join(cfg.workdir, "final"),
-                      questions=args.questions, n=args.n)
+        before = rows[0]["before_pass1"] if rows else score(cfg, "sft_model", "tokenizer", questions=args.questions,
+                                                             n=args.n)
+        after = score(cfg, "final", "final", questions=args.questions, n=args.n)
         rows.append({"point": dict(point), "before_greedy": results["before"]["accuracy"],
                      "after_greedy": results["after"]["accuracy"], "before_pass1": before, "after_pass1": after,
                      "train": phase_means(cfg.workdir), "rl_seconds": results.get("rl_seconds"),
