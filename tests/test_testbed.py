@@ -370,6 +370,56 @@ def test_latin_blanks_knob_and_the_cure_preset():
     assert type(method).__name__ == "CURE" and method.guided_layout == "first"
 
 
+def test_latin_deduction_lines_each_settle_one_blank_from_the_row_and_column_they_copy():
+    """data.latin_solution="deduction": the same questions as the grid form, each worked solution a line per blank
+    whose copied row and column (as the earlier lines left them) leave exactly the symbol it writes, that symbol
+    the square's, then the boxed grid the checker accepts."""
+    grid_ex = ls.latin_square_examples(30, seed=3)
+    ded_ex = ls.latin_square_examples(30, seed=3, config=ls.LatinConfig(solution="deduction"))
+    line_re = re.compile(r"^Cell (\d) (\d): ((?:[A-Dx] ){3}[A-Dx]) \| ((?:[A-Dx] ){3}[A-Dx]) -> ([A-D])$")
+    for g, e in zip(grid_ex, ded_ex):
+        assert g.question == e.question and g.solution != e.solution
+        *lines, box = e.solution.split("\n")
+        assert box == g.solution and ls.check(e.question, e.solution)
+        cells = list(e.meta["puzzle"])
+        assert len(lines) == cells.count(ls.BLANK)
+        for line in lines:
+            r, k, row, col, symbol = line_re.match(line).groups()
+            r, k = int(r) - 1, int(k) - 1
+            assert row.split() == cells[r * 4:(r + 1) * 4] and col.split() == cells[k::4]
+            assert cells[r * 4 + k] == ls.BLANK and set("ABCD") - set(row.split()) - set(col.split()) == {symbol}
+            assert symbol == e.meta["square"][r * 4 + k]
+            cells[r * 4 + k] = symbol
+        assert cells == e.meta["square"]
+    with pytest.raises(ValueError, match="no blank its row and column settle alone"):
+        ls.deduction_text(["x"] * 16, ls.all_squares()[0])  # an empty grid has no single
+    with pytest.raises(ValueError, match="solution='boxes' is unknown"):
+        ls.LatinConfig(solution="boxes")
+
+
+def test_latin_deduction_runs_refuse_bare_grid_aux_rows_and_a_budget_that_cuts_the_solution(tmp_path):
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import check_solution_budget, run, start
+
+    c = _tiny_cfg(tmp_path, aux_verify_share=0.0)
+    c.data.source, c.data.latin_solution = "latin_square", "deduction"
+    c.sft.aux_correct_share = 0.25
+    with pytest.raises(ValueError, match="latin_solution='deduction' set the shares to 0"):
+        start(c)
+    c.sft.aux_correct_share = 0.0
+    c.rl.max_new_tokens = 32  # the grid fits, the deduction lines before it do not
+    with pytest.raises(ValueError, match="rl.max_new_tokens=32 is shorter than a latin_square worked solution"):
+        run(c)
+    assert not (tmp_path / "sft_model").exists()  # refused before the warm-up
+    rc, _ = start(c)
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    need = max(len(tok.encode(e.solution)) for e in task.train[:64])
+    c.rl.max_new_tokens = need
+    check_solution_budget(start(c)[0], tok, task)  # the longest one fits exactly
+
+
 def test_a_cure_run_whose_critique_budget_cannot_hold_the_tasks_critiques_is_refused_before_training(tmp_path):
     """Under a task-text BPE a latin_square critique is ~180 tokens; a budget under that would cut every long
     critique before its hint (the first CURE testbed preset's 96 did)."""

@@ -36,15 +36,23 @@ INSTRUCTION = "Fill each x so that every row and every column holds A B C D once
 _QUESTION_RE = re.compile(r"^" + re.escape(INSTRUCTION) + r"\nGrid: (?P<grid>.*)$")
 
 
+SOLUTION_FORMATS = ("grid", "deduction")
+
+
 @dataclasses.dataclass(frozen=True)
 class LatinConfig:
     # blank cells of the 16, the difficulty knob: after 1,500 SFT steps the 4 x 128 policy samples 80% right at 6
     # blanks and 39% at 10 (docs/results/testbed.md)
     blanks: int = 10
+    # the worked solution: grid (the boxed grid alone) | deduction (a line per blank, then the boxed grid;
+    # `deduction_text`)
+    solution: str = "grid"
 
     def __post_init__(self):
         if not 1 <= self.blanks <= 10:
             raise ValueError(f"latin_square blanks={self.blanks} must be in [1, 10] (more has no unique completion)")
+        if self.solution not in SOLUTION_FORMATS:
+            raise ValueError(f"latin_square solution={self.solution!r} is unknown; use {' | '.join(SOLUTION_FORMATS)}")
 
 
 DEFAULT_CONFIG = LatinConfig()  # the registered source builds its own from `data.latin_blanks`
@@ -102,6 +110,45 @@ def solution_text(cells: Sequence[str]) -> str:
     return "\\boxed{ " + grid_text(cells) + "}"
 
 
+def deduction_text(puzzle: Sequence[str], square: Sequence[str]) -> str:
+    """The worked deduction of `square` from `puzzle`: one line per blank, in the order naked singles settle them
+    (each step fills the first blank, row-major, whose row and column together leave one symbol), each line
+    copying that row and that column as they stand after the earlier lines (`x` still blank), then the symbol:
+
+        Cell 2 3: C D x B | x D x A -> A
+
+    Each step's decision is over the eight cells its own line just wrote, and an error is one line of a chain --
+    the shape of the CPU default's sums, where RL moves the policy (docs/results/rl_headroom.md) -- instead of a
+    cell of a 22-token grid decided at once. Every puzzle `make_instance` draws at <= 10 blanks is settled by
+    singles alone; another raises."""
+    cells = list(puzzle)
+    lines = []
+    while BLANK in cells:
+        for i, c in enumerate(cells):
+            if c != BLANK:
+                continue
+            r, k = divmod(i, N)
+            row, col = cells[r * N:(r + 1) * N], cells[k::N]
+            left = set(SYMBOLS) - set(row) - set(col)
+            if len(left) == 1:
+                break
+        else:
+            raise ValueError(f"latin_square: {grid_text(cells)} has no blank its row and column settle alone")
+        symbol = left.pop()
+        if symbol != square[i]:
+            raise ValueError(f"latin_square: the deduction gives {symbol} at cell {i} where the square has "
+                             f"{square[i]}: not the puzzle's completion")
+        lines.append(f"Cell {r + 1} {k + 1}: {' '.join(row)} | {' '.join(col)} -> {symbol}")
+        cells[i] = symbol
+    return "\n".join(lines)
+
+
+def worked_solution(inst: dict, config: LatinConfig) -> str:
+    """The SFT target under `config.solution`: the boxed grid, after the deduction lines for "deduction"."""
+    grid = solution_text(inst["square"])
+    return grid if config.solution == "grid" else f"{deduction_text(inst['puzzle'], inst['square'])}\n{grid}"
+
+
 def parse_answer(text: str) -> Optional[list[str]]:
     """The boxed grid of a model output (16 cells, any letters), or None when there is no box."""
     boxed = extract_boxed(text) if isinstance(text, str) else None
@@ -141,7 +188,7 @@ def latin_square_examples(n: int, *, seed: int, config: Optional[LatinConfig] = 
     for i in range(n):
         inst = make_instance(rng, config)
         out.append(Example(question=question_text(inst), answer=grid_text(inst["square"]),
-                           id=f"latin_square-{seed}-{i}", solution=solution_text(inst["square"]),
+                           id=f"latin_square-{seed}-{i}", solution=worked_solution(inst, config),
                            meta={"source": "latin_square", **inst}))
     return out
 

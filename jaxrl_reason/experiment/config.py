@@ -69,6 +69,9 @@ class DataSection:
     graph_arms: int = 3  # source=graph_path: chains off the start node (the first hop is a 1-in-arms choice)
     graph_arm_len: int = 3  # source=graph_path: nodes per chain (the goal ends one chain)
     latin_blanks: int = 10  # source=latin_square: blank cells of the 16 (the difficulty knob, 1..10)
+    # source=latin_square worked solutions: grid (the boxed grid alone) | deduction (a line per blank as singles
+    # settle it, copying its row and column, then the grid; data/latin_square.deduction_text)
+    latin_solution: str = "grid"
     # what a verify row's target is and what the verifier writes before its score: verdict (the one token, METHODS
     # §2) | worked_check (the task's check lines, each copying what it compares, then the verdict; testbed tasks with a
     # check, docs/methods/testbed.md) | mark_check (the same lines with their marks alone, no copies)

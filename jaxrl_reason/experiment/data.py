@@ -112,7 +112,8 @@ def graph_colour_source(d: DataSection, seed: int) -> TaskData:
 def latin_square_source(d: DataSection, seed: int) -> TaskData:
     from jaxrl_reason.data.latin_square import LatinConfig, latin_square_examples, latin_square_reward
 
-    examples = latin_square_examples(_pool_size(d), seed=seed, config=LatinConfig(blanks=d.latin_blanks))
+    latin = LatinConfig(blanks=d.latin_blanks, solution=d.latin_solution)
+    examples = latin_square_examples(_pool_size(d), seed=seed, config=latin)
     train, heldout = split_heldout(examples, d.heldout_size)
     return TaskData(train, heldout, latin_square_reward, solve_prompt)
 

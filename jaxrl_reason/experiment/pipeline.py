@@ -50,6 +50,20 @@ def check_critique_budget(rc, method, tokenizer, task) -> None:
                          "BPE on the critique rows (tokenizer.aux_corpus=True) to shorten them")
 
 
+def check_solution_budget(rc, tokenizer, task) -> None:
+    """Fails before any training when a testbed task's worked solutions take more tokens than the policy may
+    generate (`rl.max_new_tokens`): every sample would be cut before its answer and score 0."""
+    from jaxrl_reason.data.testbed import TASK_MODULES
+
+    if rc.data.source not in TASK_MODULES:
+        return
+    need = max(len(tokenizer.encode(e.solution)) for e in task.train[:64])
+    if need > rc.rl.max_new_tokens:
+        raise ValueError(f"config rl.max_new_tokens={rc.rl.max_new_tokens} is shorter than a {rc.data.source} "
+                         f"worked solution under this tokenizer (up to {need} tokens): the policy's answers would "
+                         f"be cut before their box; set it to at least {need}")
+
+
 def run(cfg) -> dict:
     """Trains the run `cfg` describes (a ConfigDict, mapping or RunConfig) and returns its results.json."""
     rc, method = start(cfg)
@@ -80,6 +94,7 @@ def run(cfg) -> dict:
         write_jsonl(task.heldout, os.path.join(workdir, "heldout.jsonl"))
     print(f"data: {len(task.train)} train / {len(task.heldout)} held-out problems; vocab {tokenizer.vocab_size}")
     check_critique_budget(rc, method, tokenizer, task)
+    check_solution_budget(rc, tokenizer, task)
 
     model, warmup_report = warmed_up_policy(rc, tokenizer, task, workdir, mesh)
     results.update(warmup_report)
