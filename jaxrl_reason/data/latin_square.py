@@ -118,9 +118,9 @@ def deduction_text(puzzle: Sequence[str], square: Sequence[str]) -> str:
         Cell 2 3: C D x B | x D x A -> A
 
     Each step's decision is over the eight cells its own line just wrote, and an error is one line of a chain --
-    the shape of the CPU default's sums, where RL moves the policy (docs/results/rl_headroom.md) -- instead of a
-    cell of a 22-token grid decided at once. Every puzzle `make_instance` draws at <= 10 blanks is settled by
-    singles alone; another raises."""
+    the shape of the CPU default's sums, which RL moves -- instead of a cell of a 22-token grid decided at once
+    (what a 4 x 128 warm-up makes of it: docs/results/rl_headroom.md, table 6). Every puzzle `make_instance`
+    draws at <= 10 blanks is settled by singles alone; another raises."""
     cells = list(puzzle)
     lines = []
     while BLANK in cells:

@@ -57,7 +57,7 @@ def check_solution_budget(rc, tokenizer, task) -> None:
 
     if rc.data.source not in TASK_MODULES:
         return
-    need = max(len(tokenizer.encode(e.solution)) for e in task.train[:64])
+    need = max((len(tokenizer.encode(e.solution)) for e in task.train[:64]), default=0)
     if need > rc.rl.max_new_tokens:
         raise ValueError(f"config rl.max_new_tokens={rc.rl.max_new_tokens} is shorter than a {rc.data.source} "
                          f"worked solution under this tokenizer (up to {need} tokens): the policy's answers would "
