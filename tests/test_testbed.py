@@ -397,10 +397,22 @@ def test_latin_deduction_lines_each_settle_one_blank_from_the_row_and_column_the
         ls.LatinConfig(solution="boxes")
 
 
-def test_latin_deduction_runs_refuse_bare_grid_aux_rows_and_a_budget_that_cuts_the_solution(tmp_path):
+def _refused_before_the_warmup(c, tmp_path, match):
+    """`run(c)` fails with `match` before any SFT; returns (run config, task data, tokenizer) of the same config."""
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.experiment.model import build_tokenizer
-    from jaxrl_reason.experiment.pipeline import check_solution_budget, run, start
+    from jaxrl_reason.experiment.pipeline import run, start
+
+    with pytest.raises(ValueError, match=match):
+        run(c)
+    assert not (tmp_path / "sft_model").exists()
+    rc, _ = start(c)
+    task = build_data(rc.data, rc.seed)
+    return rc, task, build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+
+
+def test_latin_deduction_runs_refuse_bare_grid_aux_rows_and_a_budget_that_cuts_the_solution(tmp_path):
+    from jaxrl_reason.experiment.pipeline import check_solution_budget, start
 
     c = _tiny_cfg(tmp_path, aux_verify_share=0.0)
     c.data.source, c.data.latin_solution = "latin_square", "deduction"
@@ -409,12 +421,8 @@ def test_latin_deduction_runs_refuse_bare_grid_aux_rows_and_a_budget_that_cuts_t
         start(c)
     c.sft.aux_correct_share = 0.0
     c.rl.max_new_tokens = 32  # the grid fits, the deduction lines before it do not
-    with pytest.raises(ValueError, match="rl.max_new_tokens=32 is shorter than a latin_square worked solution"):
-        run(c)
-    assert not (tmp_path / "sft_model").exists()  # refused before the warm-up
-    rc, _ = start(c)
-    task = build_data(rc.data, rc.seed)
-    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    _, task, tok = _refused_before_the_warmup(c, tmp_path, "rl.max_new_tokens=32 is shorter than a latin_square "
+                                                           "worked solution")
     need = max(len(tok.encode(e.solution)) for e in task.train[:64])
     c.rl.max_new_tokens = need
     check_solution_budget(start(c)[0], tok, task)  # the longest one fits exactly
@@ -424,20 +432,14 @@ def test_a_cure_run_whose_critique_budget_cannot_hold_the_tasks_critiques_is_ref
     """Under a task-text BPE a latin_square critique is ~180 tokens; a budget under that would cut every long
     critique before its hint (the first CURE testbed preset's 96 did)."""
     from jaxrl_reason.data import testbed
-    from jaxrl_reason.experiment.data import build_data
-    from jaxrl_reason.experiment.model import build_tokenizer
-    from jaxrl_reason.experiment.pipeline import check_critique_budget, run, start
+    from jaxrl_reason.experiment.pipeline import check_critique_budget, start
     from jaxrl_reason.methods import method_knobs
 
     c = _tiny_cfg(tmp_path)
     c.data.source, c.method.name, c.method.extra = "latin_square", "cure", method_knobs("cure")
     c.method.extra.critique_max_new_tokens = 16
-    with pytest.raises(ValueError, match="critique_max_new_tokens=16 is shorter than a latin_square critique"):
-        run(c)
-    assert not (tmp_path / "sft_model").exists()  # refused before the warm-up
-    rc, method = start(c)
-    task = build_data(rc.data, rc.seed)
-    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    _, task, tok = _refused_before_the_warmup(c, tmp_path, "critique_max_new_tokens=16 is shorter than a "
+                                                           "latin_square critique")
     need = testbed.longest_critique(testbed.task_of("latin_square"), task.train[:32], lambda t: len(tok.encode(t)))
     assert need > 16
     c.method.extra.critique_max_new_tokens = need
