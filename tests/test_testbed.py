@@ -415,7 +415,10 @@ def test_latin_deduction_runs_refuse_bare_grid_aux_rows_and_a_budget_that_cuts_t
     from jaxrl_reason.experiment.pipeline import check_solution_budget, start
 
     c = _tiny_cfg(tmp_path, aux_verify_share=0.0)
-    c.data.source, c.data.latin_solution = "latin_square", "deduction"
+    c.data.source, c.data.latin_solution = "latin_square", "deductions"
+    with pytest.raises(ValueError, match="data.latin_solution='deductions' is unknown"):
+        start(c)  # a misspelt value fails at start-up, before the data are built
+    c.data.latin_solution = "deduction"
     c.sft.aux_correct_share = 0.25
     with pytest.raises(ValueError, match="latin_solution='deduction' set the shares to 0"):
         start(c)

@@ -66,6 +66,12 @@ def check_aux_formats(rc: RunConfig) -> None:
     if any(shares.values()) and rc.data.source not in AUX_FORMATS:
         raise ValueError(f"config sft.aux_*_share > 0 needs a data source that writes the auxiliary formats "
                          f"({' | '.join(AUX_FORMATS)}), got data.source={rc.data.source!r}; set the shares to 0")
+    if rc.data.source == "latin_square":
+        from jaxrl_reason.data.latin_square import SOLUTION_FORMATS
+
+        if rc.data.latin_solution not in SOLUTION_FORMATS:
+            raise ValueError(f"config data.latin_solution={rc.data.latin_solution!r} is unknown; use "
+                             f"{' | '.join(SOLUTION_FORMATS)}")
     if rc.data.source == "latin_square" and rc.data.latin_solution != "grid" and any(shares.values()):
         # their injected wrong answers are written as bare grids, unlike a policy that writes deductions
         raise ValueError(f"config sft.aux_*_share > 0 writes its rows' answers as bare grids; with "
