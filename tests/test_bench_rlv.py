@@ -10,6 +10,7 @@ RESEARCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 sys.path.insert(0, RESEARCH)
 os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
 import bench_rlv  # noqa: E402
+from jaxrl_reason.experiment.warmup import SFT_ONLY  # noqa: E402
 
 
 def fake_eval(pass1, maj, bon, weighted, bal=0.8, chance=0.6):
@@ -75,11 +76,15 @@ def test_three_arms_share_what_they_should_and_only_grpo_plain_never_sees_the_ve
     results = {arm: json.load(open(work / arm / "results.json")) for arm in bench_rlv.ARMS}
     assert "verify_warmup" in results["grpo"] and "verify_warmup" in results["rlv"]
     assert "verify_warmup" not in results["grpo_plain"] and not (work / "grpo_plain" / "logs_verify_warmup").exists()
-    # GRPO^V starts from the control's warmed-up model; plain GRPO from its own SFT with the same tokenizer.
+    # GRPO^V starts from the control's warmed-up model; plain GRPO from the control's SFT alone (its verifier is
+    # taught after the SFT, so the SFT is trained once), with the same tokenizer.
     read = lambda p: open(p, "rb").read()  # noqa: E731
     assert read(work / "rlv" / "sft_model" / "model.safetensors") == read(work / "grpo" / "sft_model" / "model.safetensors")
     assert read(work / "grpo_plain" / "sft_model" / "model.safetensors") != read(
         work / "grpo" / "sft_model" / "model.safetensors")
+    assert read(work / "grpo_plain" / "sft_model" / "model.safetensors") == read(
+        work / "grpo" / SFT_ONLY / "model.safetensors")
+    assert "sft_seconds" not in results["grpo_plain"]  # it trained no SFT of its own
     assert read(work / "grpo_plain" / "tokenizer" / "tokenizer.json") == read(work / "grpo" / "tokenizer" / "tokenizer.json")
     rows = [json.loads(x) for x in open(work / "rlv" / "logs" / "metrics.jsonl")]
     assert "loss/verify" in rows[0] and "verify/rows" in rows[0]

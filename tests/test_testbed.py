@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxrl_reason.data import graph_path as gp
-from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, parse_critique
+from jaxrl_reason.data.prompts import VERIFY_NO, VERIFY_YES, parse_critique, verify_prompt
 
 # A hand-made instance: start A, arms A-B-C, A-D-E, A-F-G; the goal G.
 Q = "Edges: B C, A B, D E, F G, A D, A F\nFind a path from A to G."
@@ -567,7 +567,8 @@ def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
                                     "research"))
     os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
     from jaxrl_reason.data.datasets import Example
-    from testbed_probe import rare_mark_spans, worked_check_pairs
+    from jaxrl_reason.data.testbed import check_pairs, task_of
+    from testbed_probe import rare_mark_spans
 
     e = Example(LQ, "", "q0", ls.solution_text(LSQ), {"source": "latin_square"})
     changed = list(LSQ)
@@ -582,7 +583,7 @@ def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
         rare_mark_spans(5.0, "cells")
     assert rare_mark_spans(5.0)(e) == []
     rare = 0
-    for r in worked_check_pairs("latin_square", ls.latin_square_examples(6, seed=2), seed=0):
+    for r in check_pairs(task_of("latin_square"), ls.latin_square_examples(6, seed=2), seed=0):
         marks = [ln.rsplit(" ", 1)[1] for ln in r.solution.split("\n")[:-1]]
         assert len(rare_mark_spans(3.0)(r)) == sum(m != "ok" for m in marks)
         rare += len(rare_mark_spans(3.0)(r))
@@ -591,7 +592,7 @@ def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
     row = Example("prompt", "", "q0/check", marks_only, {"format": "verify"})
     for span in ("mark", "line"):  # a mark_check line has nothing but its mark to weigh
         assert [marks_only[a:b] for a, b, _ in rare_mark_spans(5.0, span)(row)] == ["changed", "repeat"]
-    pairs = worked_check_pairs("latin_square", ls.latin_square_examples(6, seed=2), seed=0, fmt="mark_check")
+    pairs = check_pairs(task_of("latin_square"), ls.latin_square_examples(6, seed=2), seed=0, verify_format="mark_check")
     assert all(ln.split(": ")[1] in ("ok", "repeat", "changed") for r in pairs for ln in r.solution.split("\n")[:-1])
 
 
@@ -606,7 +607,6 @@ def _latin_cfg(tmp_path, **data):
 
 @pytest.mark.parametrize("fmt", ["worked_check", "mark_check"])
 def test_worked_check_verify_rows_end_in_the_verdict_token_and_bad_uses_are_refused(tmp_path, fmt):
-    from jaxrl_reason.experiment.config import read_run_config
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.experiment.model import build_tokenizer
     from jaxrl_reason.experiment.pipeline import start
@@ -698,6 +698,84 @@ def test_rlv_verify_rows_train_the_whole_worked_check_through_the_trainer(tmp_pa
     with pytest.raises(ValueError, match="disagree"):
         tr.run()
     tr.close()
+
+
+# The worked-check warm-up (sft.check_steps, train/check_warmup.py)
+
+def test_check_pairs_are_a_right_and_a_wrong_solution_per_question_each_target_the_checkers_check():
+    from jaxrl_reason.data.testbed import check_pairs, task_of
+
+    examples = ls.latin_square_examples(8, seed=3)
+    rows = check_pairs(task_of("latin_square"), examples, seed=0)
+    assert [r.id for r in rows] == [f"{e.id}/check_{t}" for e in examples for t in ("right", "wrong")]
+    for r in rows:
+        question, sol = r.meta["question"], r.meta["solution"]
+        assert r.question == verify_prompt(question, sol)
+        assert r.solution == ls.verify_target(question, sol, "worked_check")
+        assert r.solution.endswith(VERIFY_YES if r.id.endswith("right") else VERIFY_NO)
+        assert ls.check(question, sol) == r.id.endswith("right")  # the verdict is the checker's
+    assert rows == check_pairs(task_of("latin_square"), examples, seed=0)  # deterministic under its seed
+    with pytest.raises(ValueError, match="verify_format='verdict' writes no check"):
+        check_pairs(task_of("latin_square"), examples, seed=0, verify_format="verdict")
+
+
+def _check_cfg(tmp_path, **sft):
+    c = _tiny_cfg(tmp_path, aux_verify_share=0.0, verify_steps=0, check_steps=60, check_questions=20,
+                  check_batch_size=8, check_lr=3e-3, **sft)
+    c.data.source, c.data.verify_format, c.data.check_tokens = "latin_square", "worked_check", 16
+    return c
+
+
+def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alone(tmp_path):
+    """The stage trains on the pairs of the questions it does not hold out (2 rows each, one worked solution per
+    row), its check NLL falls, the held-out verifier is measured before and after, and the SFT alone is kept
+    beside the warmed-up model (a plain baseline starts from it)."""
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import SFT_ONLY, warmed_up_policy
+
+    rc, _ = start(_check_cfg(tmp_path))
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    _, report = warmed_up_policy(rc, tok, task, str(tmp_path))
+    r = report["check_warmup"]
+    assert (r["rows"], r["heldout_rows"], r["solve_rows"], r["extra_rows"]) == (36, 4, 36, 0)  # 2 of 20 held out
+    assert r["last_nll"] < 0.5 * r["first_nll"]
+    for k in ("before", "after"):
+        assert r[k]["rows"] == 4 and 0.0 <= r[k]["balanced_acc"] <= 1.0
+    assert (tmp_path / "logs_check_warmup").is_dir()
+    read = lambda p: open(p, "rb").read()  # noqa: E731
+    assert read(tmp_path / SFT_ONLY / "config.json") == read(tmp_path / "sft_model" / "config.json")
+    assert read(tmp_path / SFT_ONLY / "model.safetensors") != read(tmp_path / "sft_model" / "model.safetensors")
+
+
+@pytest.mark.parametrize("change, data, match", [
+    ({}, {"verify_format": "verdict"}, "sft.check_steps > 0 teaches a written check"),
+    ({"check_questions": 41}, {}, "check_questions=41 must be in"),
+    ({"check_questions": 1}, {}, "check_questions=1 must be in"),
+    ({"steps": 0}, {}, "needs the SFT warm-up"),
+    ({"check_steps": -1}, {}, "check_steps=-1 must be >= 0"),
+    ({"check_batch_size": 0}, {}, "check_batch_size=0"),
+    ({"check_solve_share": -1.0}, {}, "check_solve_share=-1.0"),
+])
+def test_check_warmup_is_refused_at_start_up_when_it_cannot_run(tmp_path, change, data, match):
+    from jaxrl_reason.experiment.pipeline import start
+
+    c = _check_cfg(tmp_path, **change)
+    for k, v in data.items():
+        setattr(c.data, k, v)
+    with pytest.raises(ValueError, match=match):
+        start(c)
+
+
+def test_the_worked_check_preset_starts_with_its_stage():
+    from jaxrl_reason.configs.testbed_latin_check import get_config
+    from jaxrl_reason.experiment.pipeline import start
+
+    rc, method = start(get_config())
+    assert (rc.data.verify_format, rc.sft.verify_steps, rc.sft.check_steps) == ("worked_check", 0, 1500)
+    assert rc.sft.check_questions <= rc.sft.examples and type(method).__name__ == "RLV"
 
 
 def test_spread_injector_writes_wrong_grids_shaped_like_the_policys_own():

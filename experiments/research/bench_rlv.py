@@ -3,7 +3,8 @@
     python experiments/research/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100] [--seed 1]
 
 Trains (or resumes; a finished run is only evaluated) three runs of the embedded default task (`configs/rlv.py`)
-that share one tokenizer and the same SFT on worked solutions (config and seed; the plain arm runs it again):
+that share one tokenizer and the same SFT on worked solutions (config and seed; the plain arm runs it again, unless
+its verifier is taught only after the SFT -- sft.verify_steps / check_steps -- when it starts from that SFT's model):
   grpo_plain  SFT, then plain GRPO; never trained on the verify prompt    the issue's plain GRPO model
   grpo        SFT + the verification warm-up, then plain GRPO             a control: same start as GRPO^V
   rlv         SFT + the verification warm-up, then GRPO^V (the fused "Is this solution correct?" term)
@@ -59,9 +60,27 @@ def as_plain_grpo(cfg, *, verify_warmup: bool) -> None:
 
     cfg.method.name = "grpo"
     cfg.method.extra = ml_collections.ConfigDict()
-    if not verify_warmup:  # neither the verification warm-up nor verify rows in the SFT
+    if not verify_warmup:  # neither the verification / worked-check warm-ups nor verify rows in the SFT
         cfg.sft.verify_steps = 0
+        cfg.sft.check_steps = 0
         cfg.sft.aux_verify_share = 0.0
+
+
+def shares_sft_only(cfg) -> bool:
+    """The plain arm's warm-up is the control arm's SFT alone (saved as warmup.SFT_ONLY) when the verify rows come
+    only from stages after the SFT: no verify rows in the SFT itself, no own-attempt stage."""
+    return cfg.sft.aux_verify_share == 0 and cfg.sft.own_attempt_steps == 0 and \
+        cfg.sft.verify_steps + cfg.sft.check_steps > 0
+
+
+def share_sft_only(src: str, dst: str) -> None:
+    """Starts run `dst` from run `src`'s tokenizer and SFT-only model (its warm-up before the verifier stages)."""
+    from jaxrl_reason.experiment.warmup import SFT_ONLY
+
+    share_warmup(src, dst, names=("tokenizer",))
+    # a control arm trained before the SFT alone was kept has none: the plain arm then trains the SFT again
+    if os.path.exists(os.path.join(src, SFT_ONLY)) and not os.path.exists(os.path.join(dst, "sft_model")):
+        shutil.copytree(os.path.join(src, SFT_ONLY), os.path.join(dst, "sft_model"))
 
 
 def share_warmup(src: str, dst: str, names=("tokenizer", "sft_model")) -> None:
@@ -224,6 +243,8 @@ def main(argv=None):
         cfg.seed = seed
         if arm == "rlv":
             share_warmup(cfgs["grpo"].workdir, cfg.workdir)
+        elif arm == "grpo_plain" and shares_sft_only(cfgs["grpo"]):  # the same SFT: trained once
+            share_sft_only(cfgs["grpo"].workdir, cfg.workdir)
         elif arm == "grpo_plain":
             share_warmup(cfgs["grpo"].workdir, cfg.workdir, names=("tokenizer",))
         if trained(cfg):

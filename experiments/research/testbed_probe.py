@@ -63,26 +63,6 @@ def measure(model, tokenizer, heldout, rc, args, reward_fn):
                     reward_fn=reward_fn, keep_samples=True, check_tokens=check_tokens)
 
 
-def worked_check_pairs(source: str, examples, seed: int, extent: str = "minimal", fmt: str = "worked_check") -> list:
-    """Per example two verify rows whose target is the worked check and the verdict: its worked solution and a
-    wrong one drawn in the policy's measured error mix (`data.testbed.injected_wrong` with `extent`); `fmt` is the
-    check's form (`data.testbed.CHECK_FORMATS`)."""
-    import numpy as np
-
-    from jaxrl_reason.data import testbed
-    from jaxrl_reason.data.datasets import Example
-    from jaxrl_reason.data.prompts import verify_prompt
-
-    task, rng, rows = testbed.task_of(source), np.random.default_rng(seed), []
-    for e in examples:
-        wrong = task.solution_text(testbed.injected_wrong(task, e, rng, extent)[0])
-        for tag, sol in (("right", e.solution), ("wrong", wrong)):
-            rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/check_{tag}",
-                                testbed.verify_target(task, e.question, sol, fmt),
-                                {"format": "verify", "question": e.question, "solution": sol}))
-    return rows
-
-
 def own_check_rows(source: str, examples, texts, labels, seed: int, fmt: str = "worked_check") -> list:
     """Worked-check verify rows of the policy's *own* attempts (`texts[i]` answers `examples[i]`, `labels[i]` its
     grade): each distinct wrong attempt and as many distinct right ones (drawn with `seed`), the target the task's
@@ -179,67 +159,53 @@ def _line_mark(body: str) -> str:
 
 
 def train_worked_check(model, tokenizer, task, rc, args) -> dict:
-    """The offline verifier of --verify-format worked_check / mark_check: SFT on worked-check pairs of the first
-    --verify-questions training questions, with --check-solve-share worked-solution rows per verify row (the
-    warm-up's own slice, so the solver keeps its skill); the model is saved to <workdir>/verifier_model; pairs of
-    the first 10% of those questions (at most 100), not trained on, give its balanced accuracy before and after
-    (the check written, then the verdict read)."""
-    import numpy as np
+    """The offline verifier of --verify-format worked_check / mark_check: the library's worked-check warm-up
+    (`train.check_warmup`, the pipeline's `sft.check_steps` stage) on the first --verify-questions training
+    questions, with --check-solve-share worked-solution rows per check row; --check-own adds the checks of the
+    policy's own attempts, --mark-weight weighs the rare marks. The model is saved to <workdir>/verifier_model by
+    the caller; the held-out pairs' written checks are graded line by line (`grade_check_lines`) after it."""
+    from jaxrl_reason.data import testbed
+    from jaxrl_reason.inference.verifier import verify_inputs, verify_prompts
+    from jaxrl_reason.train.check_warmup import check_warmup, heldout_check_rows, heldout_questions
 
-    from jaxrl_reason.data.prompts import VERIFY_YES
-    from jaxrl_reason.inference.verifier import verdict_logprobs, verify_inputs, verify_prompts
-    from jaxrl_reason.train.trainer import sft_train
-
+    tb = testbed.task_of(rc.data.source)
     qs = task.train[:args.verify_questions]
-    n_held = min(100, max(1, len(qs) // 10))
-    held = worked_check_pairs(rc.data.source, qs[:n_held], rc.seed + 1, rc.data.inject_extent, args.verify_format)
-    labels = np.array([r.solution.endswith(VERIFY_YES) for r in held])
-
-    def held_report() -> dict:
-        """Balanced accuracy of the verdict after the written check, and the check itself graded line by line
-        against the true one (`grade_check_lines`)."""
-        qs_, sols = [r.meta["question"] for r in held], [r.meta["solution"] for r in held]
-        inputs = verify_inputs(model, tokenizer, qs_, sols, check_tokens=args.check_tokens)
-        lp = verdict_logprobs(model, tokenizer, qs_, sols, inputs=inputs)
-        yes = lp[:, 0] > lp[:, 1]
-        prompts = verify_prompts(tokenizer, qs_, sols)
-        written = [tokenizer.decode(x[len(p):], skip_special_tokens=True) for x, p in zip(inputs, prompts)]
-        return {"bal_acc": float(0.5 * (yes[labels].mean() + (~yes[~labels]).mean())),
-                **grade_check_lines([r.solution.rsplit("\n", 1)[0] for r in held], written),
-                "example_check": written[1]}
-
-    before = held_report()
-    pairs = worked_check_pairs(rc.data.source, qs[n_held:], rc.seed, rc.data.inject_extent, args.verify_format)
     own = {}
+    extra = []
     if args.check_own:
         import jax
 
         from jaxrl_reason.train.verify_warmup import sample_labelled_solutions
 
-        train_qs = list(qs[n_held:])
+        train_qs = list(qs[heldout_questions(len(qs)):])
         _, texts, graded = sample_labelled_solutions(
             model, tokenizer, train_qs, task.reward_fn, samples_per_question=args.check_own,
             max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature,
             key=jax.random.PRNGKey(rc.seed + 2), prompt_fn=task.prompt_fn)
-        rows = own_check_rows(rc.data.source, [e for e in train_qs for _ in range(args.check_own)], texts, graded,
-                              rc.seed + 2, args.verify_format)
-        own = {"own_rows": len(rows), "own_right_frac_sampled": float(graded.mean()),
-               "own_marks": dict(collections.Counter(ln.rsplit(" ", 1)[1] for r in rows
+        extra = own_check_rows(rc.data.source, [e for e in train_qs for _ in range(args.check_own)], texts, graded,
+                               rc.seed + 2, args.verify_format)
+        own = {"own_rows": len(extra), "own_right_frac_sampled": float(graded.mean()),
+               "own_marks": dict(collections.Counter(ln.rsplit(" ", 1)[1] for r in extra
                                                      for ln in r.solution.split("\n")[:-1]))}
-        pairs += rows
-    turns = frozenset(r.question for r in pairs)
-    solve = list(task.train[:max(1, int(len(pairs) * args.check_solve_share))])
-    prompt_fn = lambda q: q if q in turns else task.prompt_fn(q)  # noqa: E731
-    hist = sft_train(model, tokenizer, pairs + solve, steps=args.verify_steps,
-                     batch_size=rc.sft.verify_batch_size + rc.sft.verify_solve_rows, lr=args.verify_lr,
-                     warmup_steps=rc.sft.warmup_steps, seed=rc.seed, progress=False, prompt_fn=prompt_fn,
-                     span_weights=(rare_mark_spans(args.mark_weight, args.mark_span) if args.mark_weight != 1.0
-                                   else None))
-    after = held_report()
-    return {"rows": 0, "contrast_rows": len(pairs) - own.get("own_rows", 0), **own, "solve_rows": len(solve),
-            "heldout_rows": len(held),
-            "before_bal_acc": before.pop("bal_acc"), "after_bal_acc": after.pop("bal_acc"), "heldout_check": after,
-            "first_nll": hist[0]["sft/nll"], "last_nll": hist[-1]["sft/nll"]}
+    res = check_warmup(model, tokenizer, tb, qs, task.train, steps=args.verify_steps, check_tokens=args.check_tokens,
+                       batch_size=rc.sft.verify_batch_size + rc.sft.verify_solve_rows, lr=args.verify_lr,
+                       warmup_steps=rc.sft.warmup_steps, solve_share=args.check_solve_share, seed=rc.seed,
+                       verify_format=args.verify_format, inject_extent=rc.data.inject_extent, extra_rows=extra,
+                       span_weights=(rare_mark_spans(args.mark_weight, args.mark_span) if args.mark_weight != 1.0
+                                     else None),
+                       prompt_fn=task.prompt_fn, progress=False)
+    held = heldout_check_rows(tb, qs, seed=rc.seed, verify_format=args.verify_format,
+                              inject_extent=rc.data.inject_extent)
+    qs_, sols = [r.meta["question"] for r in held], [r.meta["solution"] for r in held]
+    inputs = verify_inputs(model, tokenizer, qs_, sols, check_tokens=args.check_tokens)
+    written = [tokenizer.decode(x[len(p):], skip_special_tokens=True)
+               for x, p in zip(inputs, verify_prompts(tokenizer, qs_, sols))]
+    return {"rows": 0, "contrast_rows": res["rows"], **own, "solve_rows": res["solve_rows"],
+            "heldout_rows": res["heldout_rows"], "before_bal_acc": res["before"]["balanced_acc"],
+            "after_bal_acc": res["after"]["balanced_acc"],
+            "heldout_check": {**grade_check_lines([r.solution.rsplit("\n", 1)[0] for r in held], written),
+                              "example_check": written[1]},
+            "first_nll": res["first_nll"], "last_nll": res["last_nll"]}
 
 
 def main(argv=None):

@@ -168,6 +168,25 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     return rows
 
 
+def check_pairs(task: TestbedTask, examples: Sequence[Example], *, seed: int, verify_format: str = "worked_check",
+                inject_extent: str = "minimal") -> list[Example]:
+    """Per example two verify rows whose target is the task's written check then the verdict (`verify_target`):
+    its worked solution, then a wrong one drawn in the policy's measured error mix (`injected_wrong`). Within a
+    pair the question predicts nothing, so the verdict has to come from reading the solution; the check-warm-up's
+    rows (`train.check_warmup`)."""
+    if verify_format not in CHECK_FORMATS:
+        raise ValueError(f"check_pairs: verify_format={verify_format!r} writes no check; use "
+                         f"{' | '.join(CHECK_FORMATS)}")
+    rng, rows = np.random.default_rng(seed), []
+    for e in examples:
+        wrong = task.solution_text(injected_wrong(task, e, rng, inject_extent)[0])
+        for tag, sol in (("right", e.solution), ("wrong", wrong)):
+            rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/check_{tag}",
+                                verify_target(task, e.question, sol, verify_format),
+                                {"source": task.source, "format": "verify", "question": e.question, "solution": sol}))
+    return rows
+
+
 def critique_hint(task: TestbedTask, question: str, answer: Any, kind: Optional[str]) -> str:
     """The HIGH_LEVEL_HINT of the task's own critique of `answer` (a strategy when `kind` is None): what a critic
     that read the answer right hands CURE's guided re-solve."""

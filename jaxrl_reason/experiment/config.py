@@ -104,6 +104,13 @@ class SftSection:
     verify_balance: str = "subsample"  # subsample: class balance over all rows | per_question: within each question
     # none | slips: also train on each warm-up question's worked solution ("Yes") beside a copy with one slip ("No")
     verify_contrast: str = "none"
+    # The worked-check warm-up after the SFT (data.verify_format worked_check / mark_check; train/check_warmup.py):
+    # contrast pairs (a worked solution and an injected wrong one, the target the check then the verdict)
+    check_steps: int = 0  # its SFT steps (0 = none)
+    check_questions: int = 4096  # warm-up questions whose pairs it trains on (the first 10%, <= 100, held out)
+    check_batch_size: int = 40  # rows per step, check and worked-solution rows mixed
+    check_lr: float = 1e-3  # its learning rate (cosine schedule)
+    check_solve_share: float = 1.0  # worked solutions mixed in per check row (keeps the solving skill)
     # Auxiliary formats mixed into the SFT warm-up (sources with AUX_FORMATS, e.g. graph_path), each as a share
     # of the sft.examples worked solutions: a from-scratch model has never seen these prompts (docs/methods/testbed.md)
     aux_verify_share: float = 0.0  # RL^V verify rows (problem + right/wrong solution -> "Yes"/"No")

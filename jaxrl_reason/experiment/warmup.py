@@ -20,6 +20,7 @@ def check_verify_warmup(rc: RunConfig) -> None:
     cannot run."""
     check_aux_formats(rc)
     check_own_attempts(rc)
+    check_check_warmup(rc)
     s = rc.sft
     if s.verify_steps <= 0:
         return
@@ -103,8 +104,31 @@ def check_aux_formats(rc: RunConfig) -> None:
                              "its worked check in at most that many tokens")
         if s.verify_steps > 0:
             raise ValueError(f"config data.verify_format={fmt!r} teaches the check through the SFT rows "
-                             "(sft.aux_verify_share); the verification warm-up (sft.verify_steps) trains the "
+                             "(sft.aux_verify_share, sft.check_steps); the verification warm-up (sft.verify_steps) trains the "
                              "one-token verdict only: set sft.verify_steps=0")
+
+
+def check_check_warmup(rc: RunConfig) -> None:
+    """Fails at start-up when the worked-check warm-up (sft.check_steps > 0) is asked for but cannot run."""
+    s = rc.sft
+    if s.check_steps < 0:
+        raise ValueError(f"config sft.check_steps={s.check_steps} must be >= 0 (0 = no worked-check warm-up)")
+    if s.check_steps == 0:
+        return
+    if s.steps <= 0:
+        raise ValueError("config sft.check_steps > 0 needs the SFT warm-up (sft.steps > 0): the worked-check "
+                         "warm-up runs right after it, on its questions")
+    if rc.data.verify_format not in CHECK_FORMATS:
+        raise ValueError(f"config sft.check_steps > 0 teaches a written check, but data.verify_format="
+                         f"{rc.data.verify_format!r} has none; set data.verify_format to one of "
+                         f"{' | '.join(CHECK_FORMATS)}, or sft.check_steps=0")
+    if not 2 <= s.check_questions <= s.examples:
+        raise ValueError(f"config sft.check_questions={s.check_questions} must be in [2, sft.examples={s.examples}]: "
+                         "it trains on warm-up questions only (RL's are kept unseen) and holds one out at least")
+    if s.check_batch_size < 1:
+        raise ValueError(f"config sft.check_batch_size={s.check_batch_size} must be >= 1")
+    if s.check_solve_share < 0:
+        raise ValueError(f"config sft.check_solve_share={s.check_solve_share} must be >= 0")
 
 
 OWN_ATTEMPT_FORMATS = ("critique", "correct", "guided")
@@ -244,6 +268,28 @@ def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: 
     return res
 
 
+def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> dict:
+    """The worked-check warm-up (`train/check_warmup.py`) on the SFT slice's first `sft.check_questions`
+    questions, with the slice's worked solutions mixed in. Logs to logs_check_warmup/."""
+    from jaxrl_reason.train.check_warmup import check_warmup
+
+    s = rc.sft
+    writer = _writer(workdir, "logs_check_warmup")
+    t = time.time()
+    res = check_warmup(model, tokenizer, task_of(rc.data.source), task.train[:s.check_questions],
+                       task.train[:s.examples], steps=s.check_steps, check_tokens=rc.data.check_tokens,
+                       batch_size=s.check_batch_size, lr=s.check_lr, warmup_steps=s.warmup_steps,
+                       solve_share=s.check_solve_share, seed=rc.seed, verify_format=rc.data.verify_format,
+                       inject_extent=rc.data.inject_extent, prompt_fn=task.prompt_fn, writer=writer,
+                       progress=rc.rl.progress, mesh=mesh)
+    writer.close()
+    res["seconds"] = time.time() - t
+    b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
+    print(f"worked-check warm-up: {res['rows']} check rows + {res['solve_rows']} worked solutions; held-out balanced "
+          f"accuracy {b:.1%} -> {a:.1%}")
+    return res
+
+
 def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> dict:
     """After the SFT warm-up: sample `sft.own_attempt_samples` attempts on each of the first
     `sft.own_attempt_questions` warm-up questions, build critique / correction rows from them
@@ -288,9 +334,13 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     return report
 
 
+SFT_ONLY = "sft_only_model"  # <workdir>/ name of the SFT warm-up's model when stages follow it
+
+
 def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mesh=None):
     """-> (the policy RL starts from, what its warm-ups report). With `sft.steps` > 0 the warmed-up model is kept
-    in <workdir>/sft_model and reused from there by a later run (nothing is reported then)."""
+    in <workdir>/sft_model and reused from there by a later run (nothing is reported then); when stages follow
+    the SFT (own-attempt, worked-check, verification warm-ups), the SFT alone is also kept, in <workdir>/SFT_ONLY."""
     sft_dir = os.path.join(workdir, "sft_model")
     if rc.sft.steps > 0 and os.path.exists(os.path.join(sft_dir, "config.json")):
         return load_hf(sft_dir, rc.model, mesh), {}
@@ -298,8 +348,13 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
     if rc.sft.steps <= 0:
         return model, {}
     report = {"sft_seconds": run_sft(rc, model, tokenizer, task, workdir, mesh)}
+    if max(rc.sft.own_attempt_steps, rc.sft.check_steps, rc.sft.verify_steps) > 0:
+        # the SFT alone, for a baseline that shares it without the stages after (bench_rlv's plain GRPO)
+        save_hf(model, os.path.join(workdir, SFT_ONLY))
     if rc.sft.own_attempt_steps > 0:
         report["own_attempts"] = run_own_attempt_warmup(rc, model, tokenizer, task, workdir, mesh)
+    if rc.sft.check_steps > 0:
+        report["check_warmup"] = run_check_warmup(rc, model, tokenizer, task, workdir, mesh)
     if rc.sft.verify_steps > 0:
         report["verify_warmup"] = run_verify_warmup(rc, model, tokenizer, task, workdir, mesh)
     save_hf(model, sft_dir)
@@ -307,5 +362,5 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
 
 
 def without_verify_warmup(rc: RunConfig) -> RunConfig:
-    """The same run with the verification warm-up off (the SFT alone)."""
-    return dataclasses.replace(rc, sft=dataclasses.replace(rc.sft, verify_steps=0))
+    """The same run with the verification and worked-check warm-ups off."""
+    return dataclasses.replace(rc, sft=dataclasses.replace(rc.sft, verify_steps=0, check_steps=0))

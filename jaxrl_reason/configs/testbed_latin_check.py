@@ -1,0 +1,29 @@
+"""GRPO^V on the 4x4 Latin-square testbed with the worked check, on the 4 x 256 policy: the verifier writes the
+task's check of a solution (each row and column copied, then marked) before its verdict, and RL^V trains that
+whole target on the policy's own rollouts. docs/methods/testbed.md.
+
+    python experiments/train.py --config experiments/configs/testbed_latin_check.py
+    python experiments/research/bench_rlv.py --grpo-config experiments/configs/testbed_latin_check.py \
+        --rlv-config experiments/configs/testbed_latin_check.py --workdir runs/bench_rlv_latin_check_s0 --seed 0
+
+The warm-up is docs/results/testbed.md run 19's, the first that met both preconditions: 1,500 SFT steps on 8,000
+worked solutions (greedy 51.6%), then 1,500 steps of the worked-check warm-up (train/check_warmup.py) on the
+contrast pairs of 4,096 of those questions, one worked solution per check row -- the verifier it left read the
+policy's own samples at within-question AUROC 0.93. The 4 x 128 policy of configs/testbed_latin.py never passed
+0.75 with any check format (runs 11-18).
+"""
+
+from jaxrl_reason.configs.testbed_latin import get_config as testbed_latin
+
+
+def get_config():
+    c = testbed_latin()
+    c.workdir = "runs/testbed_latin_check"
+    c.model.hidden_size = 256
+    c.model.intermediate_size = 768
+    c.sft.lr = 1.5e-3  # 3e-3 (the 4 x 128's) diverged at this width
+    c.data.verify_format = "worked_check"
+    c.sft.verify_steps = 0  # the one-token verdict's warm-up; the check is taught by the stage below
+    c.sft.check_steps = 1500
+    c.sft.check_questions = 4096
+    return c

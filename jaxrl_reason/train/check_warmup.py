@@ -1,0 +1,77 @@
+"""Worked-check warm-up: teach a fine-tuned policy to write the task's check of a solution, then the verdict.
+
+A verifier with a written check (data.verify_format "worked_check" / "mark_check", testbed tasks) copies what each
+constraint compares and marks it before it says Yes or No; the verdict then reads the marks it wrote. The warm-up
+trains that on contrast pairs (`data.testbed.check_pairs`: each question's worked solution and a wrong one in the
+policy's error mix, the target the true check then the verdict), with worked-solution rows mixed in so the solver
+keeps its skill. Run after the SFT warm-up, before RL (config `sft.check_steps`); on the 4 x 256 Latin-square
+policy it is what took the verifier on the policy's own samples to within-question AUROC 0.93
+(docs/results/testbed.md, run 19).
+
+The held-out slice is the pairs of the first 10% of the questions (at most 100), never trained on; the verifier's
+balanced accuracy on it, read after the check it writes, is reported before and after.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from jaxrl_reason.data.datasets import Example
+from jaxrl_reason.data.prompts import VERIFY_YES, solve_prompt
+from jaxrl_reason.data.testbed import TestbedTask, check_pairs
+from jaxrl_reason.inference.verifier import verifier_accuracy
+from jaxrl_reason.train.metrics import MetricsWriter
+from jaxrl_reason.train.trainer import sft_train
+
+
+def heldout_questions(n: int) -> int:
+    """How many of `n` warm-up questions the check warm-up holds out: 10%, at least 1, at most 100."""
+    return min(100, max(1, n // 10))
+
+
+def heldout_check_rows(task: TestbedTask, examples: Sequence[Example], *, seed: int, verify_format: str,
+                       inject_extent: str = "minimal") -> list[Example]:
+    """The held-out pairs `check_warmup` measures on (drawn with `seed + 1`, apart from the trained pairs)."""
+    return check_pairs(task, examples[:heldout_questions(len(examples))], seed=seed + 1, verify_format=verify_format,
+                       inject_extent=inject_extent)
+
+
+def check_accuracy(model, tokenizer, rows: Sequence[Example], check_tokens: int) -> dict:
+    """`verifier_accuracy` of check rows: the verdict read after the check the model writes (<= check_tokens)."""
+    labels = [r.solution.endswith(VERIFY_YES) for r in rows]
+    return verifier_accuracy(model, tokenizer, [r.meta["question"] for r in rows], [r.meta["solution"] for r in rows],
+                             labels, check_tokens=check_tokens)
+
+
+def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example], solve_examples: Sequence[Example],
+                 *, steps: int, check_tokens: int, batch_size: int = 40, lr: float = 1e-3, warmup_steps: int = 10,
+                 solve_share: float = 1.0, seed: int = 0, verify_format: str = "worked_check",
+                 inject_extent: str = "minimal", extra_rows: Sequence[Example] = (), span_weights=None,
+                 prompt_fn: Callable[[str], str] = solve_prompt, writer: Optional[MetricsWriter] = None,
+                 progress: bool = True, mesh=None) -> dict:
+    """The worked-check warm-up (module docstring); updates `model` in place.
+
+    examples: the questions whose contrast pairs it trains on (the first `heldout_questions(len(examples))` held
+    out); solve_examples: the worked solutions mixed in, `solve_share` per check row (at least one);
+    extra_rows: more verify rows to train on beside the pairs (e.g. checks of the policy's own attempts);
+    span_weights: per-token loss weights on the rows' target spans (`trainer.sft_rows`).
+    Returns {"rows", "extra_rows", "solve_rows", "heldout_rows", "before", "after", "first_nll", "last_nll"}:
+    before / after are `check_accuracy` on the held-out pairs."""
+    if steps < 1:
+        raise ValueError(f"check_warmup steps must be >= 1, got {steps}")
+    if len(examples) < 2:
+        raise ValueError(f"check_warmup needs >= 2 questions (one is held out), got {len(examples)}")
+    if solve_share < 0:
+        raise ValueError(f"check_warmup solve_share must be >= 0, got {solve_share}")
+    held = heldout_check_rows(task, examples, seed=seed, verify_format=verify_format, inject_extent=inject_extent)
+    before = check_accuracy(model, tokenizer, held, check_tokens)
+    rows = check_pairs(task, examples[heldout_questions(len(examples)):], seed=seed, verify_format=verify_format,
+                       inject_extent=inject_extent) + list(extra_rows)
+    solve = list(solve_examples[:max(1, int(len(rows) * solve_share))]) if solve_share > 0 else []
+    turns = frozenset(r.question for r in rows)  # a check row's question is its whole user turn
+    hist = sft_train(model, tokenizer, rows + solve, steps=steps, batch_size=batch_size, lr=lr,
+                     warmup_steps=warmup_steps, seed=seed, progress=progress, writer=writer, mesh=mesh,
+                     prompt_fn=lambda q: q if q in turns else prompt_fn(q), span_weights=span_weights)
+    after = check_accuracy(model, tokenizer, held, check_tokens)
+    return {"rows": len(rows) - len(extra_rows), "extra_rows": len(extra_rows), "solve_rows": len(solve),
+            "heldout_rows": len(held), "before": before, "after": after,
+            "first_nll": hist[0]["sft/nll"], "last_nll": hist[-1]["sft/nll"]}
