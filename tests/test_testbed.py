@@ -720,8 +720,9 @@ def test_check_pairs_are_a_right_and_a_wrong_solution_per_question_each_target_t
 
 
 def _check_cfg(tmp_path, **sft):
-    c = _tiny_cfg(tmp_path, aux_verify_share=0.0, verify_steps=0, check_steps=60, check_questions=20,
-                  check_batch_size=8, check_lr=3e-3, **sft)
+    knobs = dict(aux_verify_share=0.0, verify_steps=0, check_steps=60, check_questions=20, check_batch_size=8,
+                 check_lr=3e-3)
+    c = _tiny_cfg(tmp_path, **{**knobs, **sft})
     c.data.source, c.data.verify_format, c.data.check_tokens = "latin_square", "worked_check", 16
     return c
 
