@@ -592,7 +592,8 @@ def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
     row = Example("prompt", "", "q0/check", marks_only, {"format": "verify"})
     for span in ("mark", "line"):  # a mark_check line has nothing but its mark to weigh
         assert [marks_only[a:b] for a, b, _ in rare_mark_spans(5.0, span)(row)] == ["changed", "repeat"]
-    pairs = check_pairs(task_of("latin_square"), ls.latin_square_examples(6, seed=2), seed=0, verify_format="mark_check")
+    pairs = check_pairs(task_of("latin_square"), ls.latin_square_examples(6, seed=2), seed=0,
+                        verify_format="mark_check")
     assert all(ln.split(": ")[1] in ("ok", "repeat", "changed") for r in pairs for ln in r.solution.split("\n")[:-1])
 
 

@@ -104,8 +104,8 @@ def check_aux_formats(rc: RunConfig) -> None:
                              "its worked check in at most that many tokens")
         if s.verify_steps > 0:
             raise ValueError(f"config data.verify_format={fmt!r} teaches the check through the SFT rows "
-                             "(sft.aux_verify_share, sft.check_steps); the verification warm-up (sft.verify_steps) trains the "
-                             "one-token verdict only: set sft.verify_steps=0")
+                             "(sft.aux_verify_share, sft.check_steps); the verification warm-up (sft.verify_steps) "
+                             "trains the one-token verdict only: set sft.verify_steps=0")
 
 
 def check_check_warmup(rc: RunConfig) -> None:
