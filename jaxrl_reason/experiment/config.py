@@ -50,7 +50,7 @@ class TokenizerSection:
 class DataSection:
     """Where problems and their reward come from (`experiment.data.SOURCES`)."""
 
-    source: str = "arithmetic"  # arithmetic | reasoning_gym | file | code | graph_path
+    source: str = "arithmetic"  # arithmetic | reasoning_gym | file | code | graph_path | graph_colour | latin_square
     train_size: int = 20000  # generated training problems (arithmetic / reasoning_gym / generated code)
     heldout_size: int = 256  # held-out problems for before/after accuracy (disjoint questions)
     min_digits: int = 1  # arithmetic: digits per operand, lower bound
