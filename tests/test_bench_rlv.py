@@ -30,8 +30,9 @@ def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
     control = fake_eval(pass1=0.90, maj=0.92, bon=0.88, weighted=0.91)
     rlv = fake_eval(pass1=0.87, maj=0.91, bon=0.85, weighted=0.93, bal=0.74, chance=0.86)
     checks = bench_rlv.issue_checks(plain, control, rlv, 4)
-    assert [c["issue"] for c in checks] == [True, True, True, True, False, False, False]
-    bal, weighted, bon, pass1, bon_control, pass1_control, reads = checks
+    assert [c["issue"] for c in checks] == [True, True, True, True, True, False, False, False]
+    bal, within, weighted, bon, pass1, bon_control, pass1_control, reads = checks
+    assert (within["measured"], within["met"]) == (0.6, False)  # pooled and within a question: both asked for
     # Beating the judge is not reading: BoN 0.85 is below what random scores per distinct completion give.
     assert (reads["measured"], reads["against"], reads["met"]) == (0.85, 0.86, False)
     assert (bal["measured"], bal["met"]) == (0.74, False)
@@ -40,10 +41,31 @@ def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
     assert (bon["against"], bon["met"]) == (0.70, True) and (bon_control["against"], bon_control["met"]) == (0.88, False)
     assert pass1["met"] and pass1["against"] == pytest.approx(0.78)
     assert not pass1_control["met"] and pass1_control["against"] == pytest.approx(0.88)
-    table = bench_rlv.results_table({"grpo_plain": plain, "grpo": control, "rlv": rlv}, checks, 4)
+    rloo_v = fake_eval(pass1=0.80, maj=0.82, bon=0.83, weighted=0.84)
+    table = bench_rlv.results_table({"grpo_plain": plain, "grpo": control, "rlv": rlv, "rloo_v": rloo_v}, checks, 4)
     assert "never trained to verify" in table and table.count("(not an issue check)") == 3
     assert "| 87.0 | 91.0 | 85.0 | 86.0 | 93.0 | 99.0 |" in table
-    assert table.count("| 1.5 of 4 | 1 | 75.0 | 25.0 | 3.00 | 1.10 | 0.0 | 0.5 |") == 3
+    assert table.count("| 1.5 of 4 | 1 | 75.0 | 25.0 | 3.00 | 1.10 | 0.0 | 0.5 |") == 4
+    # Samples weighted voting needs to reach plain GRPO's maj@4 (0.85): GRPO^V's weighted is 0.87 already at k = 1;
+    # RLOO^V's (0.80, 0.82, 0.84 at k = 1, 2, 4) never does. Reaching 0.83 first at k = 4, with k = 3 not
+    # evaluated, makes 4 a bound; 0.81 at k = 2 is exact (k = 1 was evaluated).
+    assert "| GRPO^V | 1 |" in table and "| RLOO^V | > 4 |" in table
+    assert bench_rlv.samples_to_match(rloo_v, 0.83) == {"k": 4, "exact": False, "weighted": 0.84, "target": 0.83}
+    assert bench_rlv.samples_to_match(rloo_v, 0.81) == {"k": 2, "exact": True, "weighted": pytest.approx(0.82),
+                                                        "target": 0.81}
+    assert "| <= 4 |" in bench_rlv.results_table({"grpo_plain": fake_eval(0.5, 0.83, 0.5, 0.5), "grpo": control,
+                                                  "rlv": rlv, "rloo_v": rloo_v}, checks, 4)
+
+
+def test_the_rloo_v_arm_is_the_rlv_config_with_the_leave_one_out_estimator():
+    from jaxrl_reason.configs.testbed_latin_check import get_config
+    from jaxrl_reason.experiment.pipeline import start
+
+    cfg = get_config()
+    bench_rlv.as_rloo_v(cfg)
+    rc, method = start(cfg)
+    assert (rc.method.name, rc.method.estimator, type(method).__name__) == ("rlv", "rloo", "RLV")
+    assert rc.sft.check_steps == get_config().sft.check_steps  # the same warm-up as GRPO^V
 
 
 TINY_CONFIG = """
@@ -66,31 +88,33 @@ def get_config():
 
 
 @pytest.mark.slow
-def test_three_arms_share_what_they_should_and_only_grpo_plain_never_sees_the_verify_prompt(tmp_path):
+def test_four_arms_share_what_they_should_and_only_grpo_plain_never_sees_the_verify_prompt(tmp_path):
     config = tmp_path / "tiny_rlv.py"
     config.write_text(TINY_CONFIG)
     work = tmp_path / "bench"
     summary = bench_rlv.main(["--workdir", str(work), "--grpo-config", str(config), "--rlv-config", str(config),
                               "--n", "2", "--questions", "4", "--no-progress"])
-    assert set(bench_rlv.ARMS) <= set(summary) and len(summary["checks"]) == 7
+    assert set(bench_rlv.ARMS) <= set(summary) and len(summary["checks"]) == 8
     results = {arm: json.load(open(work / arm / "results.json")) for arm in bench_rlv.ARMS}
     assert "verify_warmup" in results["grpo"] and "verify_warmup" in results["rlv"]
     assert "verify_warmup" not in results["grpo_plain"] and not (work / "grpo_plain" / "logs_verify_warmup").exists()
     # GRPO^V starts from the control's warmed-up model; plain GRPO from the control's SFT alone (its verifier is
     # taught after the SFT, so the SFT is trained once), with the same tokenizer.
     read = lambda p: open(p, "rb").read()  # noqa: E731
-    assert read(work / "rlv" / "sft_model" / "model.safetensors") == read(work / "grpo" / "sft_model" / "model.safetensors")
+    for arm in ("rlv", "rloo_v"):
+        assert read(work / arm / "sft_model" / "model.safetensors") == read(work / "grpo" / "sft_model" / "model.safetensors")
+        rows = [json.loads(x) for x in open(work / arm / "logs" / "metrics.jsonl")]
+        assert "loss/verify" in rows[0] and "verify/rows" in rows[0]
     assert read(work / "grpo_plain" / "sft_model" / "model.safetensors") != read(
         work / "grpo" / "sft_model" / "model.safetensors")
     assert read(work / "grpo_plain" / "sft_model" / "model.safetensors") == read(
         work / "grpo" / SFT_ONLY / "model.safetensors")
     assert "sft_seconds" not in results["grpo_plain"]  # it trained no SFT of its own
     assert read(work / "grpo_plain" / "tokenizer" / "tokenizer.json") == read(work / "grpo" / "tokenizer" / "tokenizer.json")
-    rows = [json.loads(x) for x in open(work / "rlv" / "logs" / "metrics.jsonl")]
-    assert "loss/verify" in rows[0] and "verify/rows" in rows[0]
     rows = [json.loads(x) for x in open(work / "grpo_plain" / "logs" / "metrics.jsonl")]
     assert "loss/verify" not in rows[0]
     assert (work / "accuracy_vs_k.png").exists() and "GRPO^V" in (work / "summary.md").read_text()
+    assert set(summary["samples_to_match_plain_majority"]) == {"rlv", "rloo_v", "grpo"}
     # A second call finds every arm trained and evaluated: nothing is retrained, the numbers are the same.
     stamps = {arm: os.path.getmtime(work / arm / "results.json") for arm in bench_rlv.ARMS}
     again = bench_rlv.main(["--workdir", str(work), "--grpo-config", str(config), "--rlv-config", str(config),

@@ -1,31 +1,36 @@
-"""RL^V on the CPU default task: does training the policy to verify its own solutions pay off at test time?
+"""RL^V: does training the policy to verify its own solutions pay off at test time? (issue #24 on the testbed)
 
-    python experiments/research/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--rl-steps 100] [--seed 1]
+    python experiments/research/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--seed 1]
+        [--grpo-config C --rlv-config C]    # e.g. experiments/configs/testbed_latin_check.py for both
 
-Trains (or resumes; a finished run is only evaluated) three runs of the embedded default task (`configs/rlv.py`)
-that share one tokenizer and the same SFT on worked solutions (config and seed; the plain arm runs it again, unless
-its verifier is taught only after the SFT -- sft.verify_steps / check_steps -- when it starts from that SFT's model):
+Trains (or resumes; a finished run is only evaluated) four runs of one config (default `configs/rlv.py`, the CPU
+default task) that share one tokenizer and the same SFT on worked solutions (config and seed; the plain arm runs
+it again, unless its verifier is taught only after the SFT -- sft.verify_steps / check_steps -- when it starts
+from that SFT's model):
   grpo_plain  SFT, then plain GRPO; never trained on the verify prompt    the issue's plain GRPO model
-  grpo        SFT + the verification warm-up, then plain GRPO             a control: same start as GRPO^V
-  rlv         SFT + the verification warm-up, then GRPO^V (the fused "Is this solution correct?" term)
-(the warm-up is `train/verify_warmup.py`: self-labelled verify rows, with worked-solution rows alongside, so that
-a model this small can answer the verify prompt at all). Then it samples N solutions per held-out question from
-each final policy once and scores every sample with the policy itself: GRPO^V's trained verifier; for
-`grpo_plain` the same verify prompt on a model never trained on it (the paper's LLM-as-a-judge baseline); for
-`grpo` the verifier its warm-up left.
+  grpo        SFT + the verifier's warm-up, then plain GRPO               a control: same start as GRPO^V
+  rlv         SFT + the verifier's warm-up, then GRPO^V (the fused "Is this solution correct?" term)
+  rloo_v      the same with the leave-one-out estimator (RLOO^V)
+(the verifier's warm-up is `train/verify_warmup.py`, self-labelled one-token verdicts, or `train/check_warmup.py`,
+the worked check on contrast pairs: a model this small cannot answer the verify prompt without one). Then it
+samples N solutions per held-out question from each final policy once and scores every sample with the policy
+itself: the RL^V arms' trained verifier; for `grpo_plain` the same verify prompt on a model never trained on it
+(the paper's LLM-as-a-judge baseline); for `grpo` the verifier its warm-up left.
 
-Prints one table and the issue's four checks (the baseline is `grpo_plain`, as the issue defines it):
-  1. GRPO^V verifier balanced accuracy (score > 0.5) on its held-out samples >= 75%
+Prints one table and the issue's checks (the baseline is `grpo_plain`, as the issue defines it):
+  1. GRPO^V verifier balanced accuracy (score > 0.5) on its held-out samples >= 75%, and its AUROC within a
+     question (the questions with right and wrong samples) >= 0.75
   2. GRPO^V weighted@N > GRPO^V maj@N
   3. GRPO^V Best-of-N (self-verification) > plain GRPO Best-of-N with the LLM-as-a-judge score
   4. pass@1 of GRPO^V >= pass@1 of plain GRPO - 2 points
 and checks 3 and 4 again against the control `grpo` (same warm-up, so only the RL term differs), and GRPO^V's
 Best-of-N against the Best-of-N a verifier that reads nothing gets on the same samples (a random score per distinct
 completion: a policy that repeats its right solution verbatim and errs in many ways puts this far below pass@1);
-those three are reported, not the issue's checks. Writes `summary.json`, `summary.md` and `accuracy_vs_k.png` to
-the workdir (each run's own `results.json` from `experiments/evaluate.py`'s core is in `<workdir>/<run>/eval.json`).
-This is a benchmark, not a test: ~50 minutes on 2 CPU cores with `--rl-steps 100`; the configs' 300 steps add
-~10 minutes per arm.
+those three are reported, not the issue's checks. Also the fewest samples weighted voting needs to reach plain
+GRPO's majority@N, per arm (of the evaluated ks: exact when k - 1 was evaluated too). Writes `summary.json`,
+`summary.md` and `accuracy_vs_k.png` (accuracy against k for every strategy and arm) to the workdir (each run's
+own `results.json` from `experiments/evaluate.py`'s core is in `<workdir>/<run>/eval.json`). This is a
+benchmark, not a test: its wall times are in docs/results/rlv_cpu.md and rlv_testbed.md.
 """
 from __future__ import annotations
 
@@ -44,12 +49,14 @@ from jaxrl_reason.configs import load_config_file  # noqa: E402
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
-# Run order: the control makes the shared warm-up, GRPO^V starts from it, plain GRPO shares only the tokenizer.
-ARMS = ("grpo", "rlv", "grpo_plain")
+# Run order: the control makes the shared warm-up, GRPO^V and RLOO^V start from it, plain GRPO shares only the
+# tokenizer (and the SFT alone, when its verifier is taught after it).
+ARMS = ("grpo", "rlv", "rloo_v", "grpo_plain")
 ARM_LABELS = {  # table rows, in this order
     "grpo_plain": ("GRPO", "itself, never trained to verify (LLM-as-a-judge)"),
     "grpo": ("GRPO from the verification warm-up (control)", "itself, the warm-up's verifier"),
     "rlv": ("GRPO^V", "itself (warm-up + RL^V)"),
+    "rloo_v": ("RLOO^V", "itself (warm-up + RL^V)"),
 }
 
 
@@ -81,6 +88,12 @@ def share_sft_only(src: str, dst: str) -> None:
     # a control arm trained before the SFT alone was kept has none: the plain arm then trains the SFT again
     if os.path.exists(os.path.join(src, SFT_ONLY)) and not os.path.exists(os.path.join(dst, "sft_model")):
         shutil.copytree(os.path.join(src, SFT_ONLY), os.path.join(dst, "sft_model"))
+
+
+def as_rloo_v(cfg) -> None:
+    """The RLOO^V arm: the RL^V config with the leave-one-out estimator (the paper's other value-free method)."""
+    cfg.method.estimator = "rloo"
+    cfg.method.estimator_kwargs = type(cfg.method.estimator_kwargs)()
 
 
 def share_warmup(src: str, dst: str, names=("tokenizer", "sft_model")) -> None:
@@ -156,13 +169,16 @@ def at(res: dict, strategy: str, k: int) -> float:
 
 
 def issue_checks(plain: dict, control: dict, rlv: dict, n: int) -> list:
-    """The issue's four checks, against plain GRPO as the issue defines it, then checks 3 and 4 again against the
+    """The issue's checks (module docstring), against plain GRPO as the issue defines it, then checks 3 and 4 again against the
     control arm (same warm-up as GRPO^V), then GRPO^V's Best-of-N against the one a verifier that reads nothing
     gets on its samples (`best_of_n_chance`: a random score per distinct completion). Each: {"check", "measured",
     "against", "met", "issue"}."""
     bal = rlv["verifier"]["self"]["balanced_accuracy"]
+    within = rlv["verifier"]["self"].get("within_question_auroc")
     out = [dict(check="GRPO^V verifier balanced accuracy >= 75%", measured=bal, against=0.75,
                 met=bal is not None and bal >= 0.75, issue=True),
+           dict(check="GRPO^V verifier AUROC within a question >= 0.75", measured=within, against=0.75,
+                met=within is not None and within >= 0.75, issue=True),
            dict(check=f"GRPO^V weighted@{n} > GRPO^V maj@{n}", measured=at(rlv, "weighted", n),
                 against=at(rlv, "majority", n), met=at(rlv, "weighted", n) > at(rlv, "majority", n), issue=True)]
     for base, issue, who in ((plain, True, "GRPO"), (control, False, "control GRPO")):
@@ -180,6 +196,16 @@ def issue_checks(plain: dict, control: dict, rlv: dict, n: int) -> list:
     return out
 
 
+def samples_to_match(res: dict, target: float) -> dict:
+    """The fewest samples k (of the evaluated ks) at which weighted voting reaches `target` (plain GRPO's
+    majority@N): {"k": k or None, "exact": whether k - 1 was evaluated too, so that k is the least, not a bound}."""
+    ks, weighted = res["ks"], res["strategies"]["weighted"]["mean"]
+    for i, (k, acc) in enumerate(zip(ks, weighted)):
+        if acc >= target:
+            return {"k": k, "exact": i == 0 or ks[i - 1] == k - 1, "weighted": acc, "target": target}
+    return {"k": None, "exact": True, "weighted": weighted[-1], "target": target}
+
+
 def results_table(evals: dict, checks: list, n: int) -> str:
     fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
     rows = ["| policy | verifier | pass@1 | maj@%d | BoN@%d | BoN@%d, reading nothing | weighted@%d | pass@%d | "
@@ -191,6 +217,12 @@ def results_table(evals: dict, checks: list, n: int) -> str:
                     f"{fmt(at(res, 'best_of_n', n))} | {fmt(res['best_of_n_chance']['accuracy'])} | "
                     f"{fmt(at(res, 'weighted', n))} | {fmt(at(res, 'pass', n))} | "
                     f"{fmt(q['balanced_accuracy'])} | {fmt(q['auroc'])} | {fmt(q.get('within_question_auroc'))} |")
+    rows += ["", f"| policy | weighted@k reaches GRPO's maj@{n} ({fmt(at(evals['grpo_plain'], 'majority', n))}) "
+             "at k = |", "|---|---|"]
+    for arm in ("rlv", "rloo_v", "grpo"):
+        m = samples_to_match(evals[arm], at(evals["grpo_plain"], "majority", n))
+        k = f"> {n}" if m["k"] is None else str(m["k"]) if m["exact"] else f"<= {m['k']}"
+        rows.append(f"| {ARM_LABELS[arm][0]} | {k} |")
     rows += ["", "| check | measured | against | met |", "|---|---|---|---|"]
     for c in checks:
         met = "yes" if c["met"] else "**no**"
@@ -233,15 +265,17 @@ def main(argv=None):
     claim_seed(os.path.abspath(args.workdir), seed)
     cfgs = {}
     for arm in ARMS:
-        cfg = load_config_file(args.rlv_config if arm == "rlv" else args.grpo_config)
-        if arm != "rlv":
+        cfg = load_config_file(args.rlv_config if arm in ("rlv", "rloo_v") else args.grpo_config)
+        if arm == "rloo_v":
+            as_rloo_v(cfg)
+        elif arm != "rlv":
             as_plain_grpo(cfg, verify_warmup=arm == "grpo")
         cfg.workdir = os.path.join(os.path.abspath(args.workdir), arm)
         cfg.rl.progress = not args.no_progress
         if args.rl_steps:
             cfg.rl.steps = args.rl_steps
         cfg.seed = seed
-        if arm == "rlv":
+        if arm in ("rlv", "rloo_v"):
             share_warmup(cfgs["grpo"].workdir, cfg.workdir)
         elif arm == "grpo_plain" and shares_sft_only(cfgs["grpo"]):  # the same SFT: trained once
             share_sft_only(cfgs["grpo"].workdir, cfg.workdir)
@@ -265,8 +299,11 @@ def main(argv=None):
     print(table)
     workdir = os.path.abspath(args.workdir)
     keys = ("strategies", "ks", "verifier", "sample_accuracy", "vote_headroom", "best_of_n_chance")
+    plain_maj = at(evals["grpo_plain"], "majority", n)
     summary = {"n": n, "questions": args.questions, "seed": seed,
                **{arm: {k: evals[arm][k] for k in keys} for arm in ARMS}, "checks": checks,
+               "samples_to_match_plain_majority": {arm: samples_to_match(evals[arm], plain_maj)
+                                                    for arm in ("rlv", "rloo_v", "grpo")},
                "seconds": time.time() - t0}
     json.dump(summary, open(os.path.join(workdir, "summary.json"), "w"), indent=2)
     open(os.path.join(workdir, "summary.md"), "w").write(table + "\n")
@@ -282,7 +319,8 @@ def plot(evals: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for arm, style, label in (("grpo_plain", ":", "GRPO"), ("grpo", "--", "GRPO (control)"), ("rlv", "-", "GRPO^V")):
+    for arm, style, label in (("grpo_plain", ":", "GRPO"), ("grpo", "--", "GRPO (control)"), ("rlv", "-", "GRPO^V"),
+                              ("rloo_v", "-.", "RLOO^V")):
         res = evals[arm]
         # One colour per strategy, one line style per arm.
         for color, (strategy, name) in enumerate((("majority", "maj@k"), ("best_of_n", "BoN@k"),
