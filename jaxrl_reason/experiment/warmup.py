@@ -15,6 +15,17 @@ from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
 from jaxrl_reason.experiment.model import build_model, load_hf, save_hf
 
 
+def stage_asked(rc: RunConfig, knob: str, needs_sft: str) -> bool:
+    """Whether the warm-up stage of `sft.<knob>` (its step count) runs; refuses a negative count, and the stage
+    without the SFT it follows (`needs_sft`: what it needs the SFT for)."""
+    steps = getattr(rc.sft, knob)
+    if steps < 0:
+        raise ValueError(f"config sft.{knob}={steps} must be >= 0 (0 = the stage is off)")
+    if steps > 0 and rc.sft.steps <= 0:
+        raise ValueError(f"config sft.{knob} > 0 needs the SFT warm-up (sft.steps > 0): {needs_sft}")
+    return steps > 0
+
+
 def check_verify_warmup(rc: RunConfig) -> None:
     """Fails before any training when the verification warm-up, or an auxiliary warm-up format, is asked for but
     cannot run."""
@@ -22,11 +33,8 @@ def check_verify_warmup(rc: RunConfig) -> None:
     check_own_attempts(rc)
     check_check_warmup(rc)
     s = rc.sft
-    if s.verify_steps <= 0:
+    if not stage_asked(rc, "verify_steps", "the verification warm-up runs right after it, on its questions"):
         return
-    if s.steps <= 0:
-        raise ValueError("config sft.verify_steps > 0 needs the SFT warm-up (sft.steps > 0): the verification "
-                         "warm-up runs right after it, on its questions")
     contrast = verify_contrast_fn(rc)  # raises on an unknown or unusable sft.verify_contrast
     if s.verify_samples < 0 or (s.verify_samples == 0 and contrast is None):
         raise ValueError(f"config sft.verify_samples={s.verify_samples} must be >= 1 (self-labelled rows), or 0 "
@@ -111,13 +119,8 @@ def check_aux_formats(rc: RunConfig) -> None:
 def check_check_warmup(rc: RunConfig) -> None:
     """Fails at start-up when the worked-check warm-up (sft.check_steps > 0) is asked for but cannot run."""
     s = rc.sft
-    if s.check_steps < 0:
-        raise ValueError(f"config sft.check_steps={s.check_steps} must be >= 0 (0 = no worked-check warm-up)")
-    if s.check_steps == 0:
+    if not stage_asked(rc, "check_steps", "the worked-check warm-up runs right after it, on its questions"):
         return
-    if s.steps <= 0:
-        raise ValueError("config sft.check_steps > 0 needs the SFT warm-up (sft.steps > 0): the worked-check "
-                         "warm-up runs right after it, on its questions")
     if rc.data.verify_format not in CHECK_FORMATS:
         raise ValueError(f"config sft.check_steps > 0 teaches a written check, but data.verify_format="
                          f"{rc.data.verify_format!r} has none; set data.verify_format to one of "
@@ -152,14 +155,9 @@ def own_attempt_formats(rc: RunConfig) -> dict:
 def check_own_attempts(rc: RunConfig) -> None:
     """Fails at start-up when the own-attempt stage (sft.own_attempt_steps > 0) is asked for but cannot run."""
     s = rc.sft
-    if s.own_attempt_steps < 0:
-        raise ValueError(f"config sft.own_attempt_steps={s.own_attempt_steps} must be >= 0 (0 = no own-attempt rows)")
     formats = own_attempt_formats(rc)  # a misspelt format list is refused even with the stage off
-    if s.own_attempt_steps == 0:
+    if not stage_asked(rc, "own_attempt_steps", "its rows are the warmed-up policy's own attempts"):
         return
-    if s.steps <= 0:
-        raise ValueError("config sft.own_attempt_steps > 0 needs the SFT warm-up (sft.steps > 0): its rows are the "
-                         "warmed-up policy's own attempts")
     if rc.data.source not in AUX_FORMATS:
         raise ValueError(f"config sft.own_attempt_steps > 0 needs a testbed task ({' | '.join(AUX_FORMATS)}) to grade "
                          f"and critique the attempts, got data.source={rc.data.source!r}; set own_attempt_steps=0")
