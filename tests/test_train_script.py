@@ -52,6 +52,9 @@ def test_verify_warmup_config_is_checked_before_training(tmp_path):
     cfg.sft.steps = 0
     with pytest.raises(ValueError, match="sft.steps > 0"):
         run(cfg)
+    cfg.sft.steps, cfg.sft.verify_steps = 10, -1  # not read as "off"
+    with pytest.raises(ValueError, match="sft.verify_steps=-1 must be >= 0"):
+        run(cfg)
     assert not os.listdir(tmp_path)  # refused before writing anything
 
 
