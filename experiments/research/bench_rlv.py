@@ -169,8 +169,8 @@ def at(res: dict, strategy: str, k: int) -> float:
 
 
 def issue_checks(plain: dict, control: dict, rlv: dict, n: int) -> list:
-    """The issue's checks (module docstring), against plain GRPO as the issue defines it, then checks 3 and 4 again against the
-    control arm (same warm-up as GRPO^V), then GRPO^V's Best-of-N against the one a verifier that reads nothing
+    """The issue's checks (module docstring), against plain GRPO as the issue defines it, then checks 3 and 4 again
+    against the control arm (same warm-up as GRPO^V), then GRPO^V's Best-of-N against the one a verifier that reads nothing
     gets on its samples (`best_of_n_chance`: a random score per distinct completion). Each: {"check", "measured",
     "against", "met", "issue"}."""
     bal = rlv["verifier"]["self"]["balanced_accuracy"]
@@ -202,7 +202,7 @@ def samples_to_match(res: dict, target: float) -> dict:
     ks, weighted = res["ks"], res["strategies"]["weighted"]["mean"]
     for i, (k, acc) in enumerate(zip(ks, weighted)):
         if acc >= target:
-            return {"k": k, "exact": i == 0 or ks[i - 1] == k - 1, "weighted": acc, "target": target}
+            return {"k": k, "exact": (ks[i - 1] if i else 0) == k - 1, "weighted": acc, "target": target}
     return {"k": None, "exact": True, "weighted": weighted[-1], "target": target}
 
 
