@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -749,7 +750,13 @@ def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alon
     assert (tmp_path / "logs_check_warmup").is_dir()
     read = lambda p: open(p, "rb").read()  # noqa: E731
     assert read(tmp_path / SFT_ONLY / "config.json") == read(tmp_path / "sft_model" / "config.json")
-    assert read(tmp_path / SFT_ONLY / "model.safetensors") != read(tmp_path / "sft_model" / "model.safetensors")
+    warmed = read(tmp_path / "sft_model" / "model.safetensors")
+    assert read(tmp_path / SFT_ONLY / "model.safetensors") != warmed
+    # A run stopped during the stages after the SFT starts them again from the SFT alone, to the same model.
+    shutil.rmtree(tmp_path / "sft_model")
+    _, again = warmed_up_policy(rc, tok, task, str(tmp_path))
+    assert "sft_seconds" not in again and again["sft_resumed_from"] == str(tmp_path / SFT_ONLY)
+    assert again["check_warmup"]["rows"] == 36 and read(tmp_path / "sft_model" / "model.safetensors") == warmed
 
 
 @pytest.mark.parametrize("change, data, match", [

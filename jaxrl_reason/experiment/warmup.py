@@ -338,17 +338,21 @@ SFT_ONLY = "sft_only_model"  # <workdir>/ name of the SFT warm-up's model when s
 def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mesh=None):
     """-> (the policy RL starts from, what its warm-ups report). With `sft.steps` > 0 the warmed-up model is kept
     in <workdir>/sft_model and reused from there by a later run (nothing is reported then); when stages follow
-    the SFT (own-attempt, worked-check, verification warm-ups), the SFT alone is also kept, in <workdir>/SFT_ONLY."""
-    sft_dir = os.path.join(workdir, "sft_model")
+    the SFT (own-attempt, worked-check, verification warm-ups), the SFT alone is also kept, in
+    <workdir>/sft_only_model (SFT_ONLY), and a run stopped during those stages starts them again from it."""
+    sft_dir, sft_only = os.path.join(workdir, "sft_model"), os.path.join(workdir, SFT_ONLY)
     if rc.sft.steps > 0 and os.path.exists(os.path.join(sft_dir, "config.json")):
         return load_hf(sft_dir, rc.model, mesh), {}
-    model = build_model(rc, tokenizer, mesh)
-    if rc.sft.steps <= 0:
-        return model, {}
-    report = {"sft_seconds": run_sft(rc, model, tokenizer, task, workdir, mesh)}
-    if max(rc.sft.own_attempt_steps, rc.sft.check_steps, rc.sft.verify_steps) > 0:
-        # the SFT alone, for a baseline that shares it without the stages after (bench_rlv's plain GRPO)
-        save_hf(model, os.path.join(workdir, SFT_ONLY))
+    stages = max(rc.sft.own_attempt_steps, rc.sft.check_steps, rc.sft.verify_steps) > 0
+    if rc.sft.steps > 0 and stages and os.path.exists(os.path.join(sft_only, "config.json")):
+        model, report = load_hf(sft_only, rc.model, mesh), {"sft_resumed_from": sft_only}  # float32: exact
+    else:
+        model = build_model(rc, tokenizer, mesh)
+        if rc.sft.steps <= 0:
+            return model, {}
+        report = {"sft_seconds": run_sft(rc, model, tokenizer, task, workdir, mesh)}
+        if stages:  # the SFT alone, for a baseline that shares it without the stages after (bench_rlv's plain GRPO)
+            save_hf(model, sft_only)
     if rc.sft.own_attempt_steps > 0:
         report["own_attempts"] = run_own_attempt_warmup(rc, model, tokenizer, task, workdir, mesh)
     if rc.sft.check_steps > 0:
