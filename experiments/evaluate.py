@@ -52,7 +52,7 @@ from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
-from jaxrl_reason.data.prompts import GUIDED_LAYOUTS  # noqa: E402
+from jaxrl_reason.data.prompts import CRITIQUE_FORMATS, GUIDED_LAYOUTS  # noqa: E402
 from jaxrl_reason.data.testbed import TASK_MODULES as TESTBED_TASKS  # noqa: E402
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate  # noqa: E402
 
@@ -404,6 +404,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--guided-layout", default="after", choices=GUIDED_LAYOUTS,
                    help="the re-solve prompt's layout: after (the paper's: problem, then guidance) | first (guidance, "
                         "then the plain solve prompt); a CURE run's method.extra.guided_layout")
+    p.add_argument("--critique-format", default="fields", choices=CRITIQUE_FORMATS,
+                   help="what the critique prompt asks for: fields (the paper's four fields) | worked_check (the "
+                        "task's check first, then the fields; give --critique-max-new-tokens room for both); a run's "
+                        "data.critique_format")
     p.add_argument("--length-budgets",
                    help="comma-separated increasing token budgets for confidence-based length selection, e.g. "
                         "1024,2048,4096 (N fresh samples per budget)")
@@ -492,7 +496,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
             tokens_per_sample=results["mean_completion_tokens"],
             temperature=args.temperature if args.refine_temperature is None else args.refine_temperature,
             top_p=args.top_p, top_k=args.top_k, seed=args.seed, batch_size=args.batch_size,
-            num_subsets=args.num_subsets, guided_layout=args.guided_layout)
+            num_subsets=args.num_subsets, guided_layout=args.guided_layout, critique_format=args.critique_format)
     if budgets:
         # The main pool serves the budget equal to --max-new-tokens; other budgets draw fresh samples.
         pools = [results if b == args.max_new_tokens else

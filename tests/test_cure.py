@@ -373,6 +373,40 @@ def test_verdict_tokens_and_rest_carry_the_hybrid_advantage(built, tokenizer):
     assert seen_short_hint == 1
 
 
+def stub_check(question, text):
+    """A stand-in worked check: one line naming the attempt and its mark."""
+    return f"Check {text.split()[1]}: {'repeat' if 'WRONG' in text else 'ok'}"
+
+
+def test_worked_check_critique_forces_the_check_then_the_verdict(tokenizer, model):
+    """Context.critique_check (data.critique_format='worked_check'): the critique prompt asks for the check first,
+    and the forced start is the task's check of the attempt, then the verdict; both carry the verdict's fixed
+    advantage, the generated rest the same hybrid advantage as without the check."""
+    method = CURE("grpo", guided_samples=M, critique_advantage_scale=C, critique_max_new_tokens=64)
+    ro = make_rollouts(tokenizer, REWARDS)
+    sampler = ScriptedSampler(tokenizer)
+    ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id, model, nnx.state(model),
+                  critique_check=stub_check)
+    batch, metrics = method.build(ro, ctx)
+    _, _, _, plain_batch, plain_metrics = build_once(tokenizer, model, REWARDS)
+    assert metrics["critique/rows"] == plain_metrics["critique/rows"] == 8
+    adv, plain_adv = np.asarray(batch.advantages), np.asarray(plain_batch.advantages)
+    for i, j in zip(rows_of(batch, "critique"), rows_of(plain_batch, "critique")):
+        toks, pos = completion(batch, i)
+        prompt_text = tokenizer.decode(np.asarray(batch.tokens[i])[:pos[0]].tolist())
+        assert "First check the solution, one line per constraint" in prompt_text
+        attempt = prompt_text.split("Solution:\n")[1].split("\n")[0]
+        head = f"{stub_check('', attempt)}\nERROR_FOUND: {'true' if 'WRONG' in attempt else 'false'}\n"
+        forced = tokenizer.encode(head)
+        assert toks[:len(forced)] == forced, tokenizer.decode(toks[:len(forced)])
+        np.testing.assert_allclose(adv[i, pos][:len(forced)], 1.0)
+        # the rest: the same advantage as the same critique without the check (the selection is seeded alike)
+        _, plain_pos = completion(plain_batch, j)
+        np.testing.assert_allclose(adv[i, pos][len(forced):], plain_adv[j, plain_pos][-len(pos) + len(forced):])
+    # the critique budget counts the generated rest only
+    assert sampler.calls[0]["max_new_tokens"] == 64
+
+
 def test_solve_group_is_enlarged_by_replay(built, tokenizer):
     _, ro, _, batch, _ = built
     adv = np.asarray(batch.advantages)
@@ -592,6 +626,41 @@ def test_self_refine_re_solves_in_the_guided_layout_it_is_given(tokenizer):
     assert all(t.split("user\n")[1].startswith("Guidance for solving the problem below") for t in guided)
     with pytest.raises(ValueError, match="guided_layout must be one of"):
         self_refine(None, tokenizer, ex, _ok, rounds=1, max_new_tokens=40, generate=gen, guided_layout="before")
+
+
+def test_self_refine_with_a_worked_check_asks_for_it_and_reads_the_verdict_after_it(tokenizer):
+    """critique_format='worked_check': the critique prompt asks for the check first, and a critique whose check
+    lines stand before its fields parses as a whole (the verdict after the check decides the round)."""
+    ex = [_Ex(f"QUESTION[{i}]", str(i)) for i in range(4)]
+    seen = []
+
+    def generate(prompts, *, max_new_tokens):
+        out = []
+        for p in prompts:
+            text = tokenizer.decode(p)
+            seen.append(text)
+            q = text.split("QUESTION[")[1].split("]")[0]
+            if "Find the earliest error" in text:
+                attempt = text.split("Solution:\n")[1].split("\n\n")[0]
+                bad = "wrong" in attempt
+                reply = f"Row 1: {'repeat' if bad else 'ok'}\nCol 1: ok\n" + _critique(bad)
+            elif "Guidance for solving" in text:
+                reply = f"fresh ANSWER {q}"
+            else:
+                raise AssertionError(text)
+            out.append(tokenizer.encode(reply)[:max_new_tokens])
+        return out
+
+    initial = [f"ANSWER {i}" if i < 2 else "ANSWER wrong" for i in range(4)]
+    res = self_refine(None, tokenizer, ex, _ok, rounds=1, max_new_tokens=40, generate=generate, initial=initial,
+                      critique_format="worked_check", critique_max_new_tokens=200)
+    critiques = [t for t in seen if "Find the earliest error" in t]
+    assert len(critiques) == 4 and all("First check the solution, one line per constraint" in t for t in critiques)
+    assert res.verdicts[0].tolist() == [VERDICT_NO_ERROR] * 2 + [VERDICT_ERROR] * 2
+    # the check lines do not count against the format (the error critiques' one-letter quote does)
+    assert res.accuracy.tolist() == [0.5, 1.0] and res.well_formed[0].tolist() == [True, True, False, False]
+    with pytest.raises(ValueError, match="critique_format must be one of"):
+        self_refine(None, tokenizer, ex, _ok, rounds=1, max_new_tokens=40, generate=generate, critique_format="x")
 
 
 def test_self_refine_from_given_first_solutions_does_not_solve_again(tokenizer):

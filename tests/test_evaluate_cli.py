@@ -321,7 +321,7 @@ def test_cli_token_spending_strategies(tiny_checkpoint, tmp_path):
     res = cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--n", "4",
                     "--max-new-tokens", "8", "--out", str(out), "--num-subsets", "20", "--no-progress",
                     "--refine-rounds", "2", "--critique-max-new-tokens", "8", "--guided-layout", "first",
-                    "--length-budgets", "4,8", "--tau", "0.6",
+                    "--critique-format", "worked_check", "--length-budgets", "4,8", "--tau", "0.6",
                     "--budget-forcing", "24", "--forcing-buffer", "20"])
     saved = json.loads((out / "results.json").read_text())
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
@@ -340,7 +340,7 @@ def test_cli_token_spending_strategies(tiny_checkpoint, tmp_path):
     for r in rows:
         assert 0.0 <= r["majority_same_tokens"] <= 1.0 and r["majority_k"] >= 1
     assert set(ref["verdict"]) >= {"precision", "recall", "f1"}
-    assert ref["config"]["guided_layout"] == "first"
+    assert ref["config"]["guided_layout"] == "first" and ref["config"]["critique_format"] == "worked_check"
 
     ls = saved["length_selection"]
     assert [r["budget"] for r in ls["rows"]] == [4, 8]

@@ -721,6 +721,41 @@ def test_check_pairs_are_a_right_and_a_wrong_solution_per_question_each_target_t
         check_pairs(task_of("latin_square"), examples, seed=0, verify_format="verdict")
 
 
+def test_worked_check_critiques_open_with_the_checkers_check_then_parse_with_every_field():
+    """data.critique_format='worked_check': contrast pairs, auxiliary rows and own-attempt rows pose the critique
+    prompt that asks for the check first; the target is the task's check of the answer, then the four fields,
+    whose verdict is the checker's -- and each parses with every field."""
+    from jaxrl_reason.data import testbed
+    from jaxrl_reason.data.prompts import critique_prompt
+
+    task = testbed.task_of("latin_square")
+    examples = ls.latin_square_examples(8, seed=3)
+    pairs = testbed.check_pairs(task, examples, seed=0, rows_as="critique")
+    # the same wrong answers as the verify pairs: one rng draw per question either way
+    verify = testbed.check_pairs(task, examples, seed=0)
+    assert [r.meta["solution"] for r in pairs] == [r.meta["solution"] for r in verify]
+    aux = testbed.auxiliary_rows(task, examples, verify=0, critique=6, correct=0, seed=0,
+                                 critique_format="worked_check")
+    attempts = [(e, r.meta["solution"]) for e, r in zip([e for e in examples for _ in (0, 1)], verify)]
+    own = testbed.own_attempt_rows(task, attempts, critique=True, correct=False, seed=0,
+                                   critique_format="worked_check")
+    assert len(pairs) == 16 and len(aux) == 6 and len(own) == 16
+    for r in pairs + aux + own:
+        sol = r.question.split("Solution:\n")[1].split("\n\nFirst check the solution")[0]
+        q = r.question.split("Problem:\n")[1].split("\n\nSolution:\n")[0]
+        assert r.question == critique_prompt(q, sol, "worked_check")
+        check = ls.check_text(q, ls.TASK.parse(sol))
+        assert r.solution.startswith(check + "\nERROR_FOUND: ")
+        c = parse_critique(r.solution)
+        assert c.error_found == (not ls.check(q, sol)) and not c.format_errors, (r.solution, c)
+        assert r.solution.endswith(task.critique_text(q, ls.TASK.parse(sol), ls.text_error_kind(q, sol)))
+    assert {r.meta["right"] for r in pairs} == {True, False}
+    with pytest.raises(ValueError, match="rows_as='both' is unknown"):
+        testbed.check_pairs(task, examples, seed=0, rows_as="both")
+    with pytest.raises(ValueError, match="needs a task with a worked check"):
+        testbed.critique_target(testbed.task_of("graph_path"), "q", None, None, "worked_check")
+
+
 def _check_cfg(tmp_path, **sft):
     knobs = dict(aux_verify_share=0.0, verify_steps=0, check_steps=60, check_questions=20, check_batch_size=8,
                  check_lr=3e-3)
@@ -767,6 +802,11 @@ def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alon
     ({"check_steps": -1}, {}, "check_steps=-1 must be >= 0"),
     ({"check_batch_size": 0}, {}, "check_batch_size=0"),
     ({"check_solve_share": -1.0}, {}, "check_solve_share=-1.0"),
+    ({"check_rows": "verdict"}, {}, "check_rows='verdict' is unknown"),
+    ({"check_rows": "critique"}, {}, "check_rows='critique' teaches critiques that open with the check"),
+    ({}, {"critique_format": "checked"}, "critique_format='checked' is unknown"),
+    ({"check_steps": 0}, {"critique_format": "worked_check", "source": "graph_path", "verify_format": "verdict"},
+     "critique_format='worked_check' needs a task"),
 ])
 def test_check_warmup_is_refused_at_start_up_when_it_cannot_run(tmp_path, change, data, match):
     from jaxrl_reason.experiment.pipeline import start
@@ -778,6 +818,31 @@ def test_check_warmup_is_refused_at_start_up_when_it_cannot_run(tmp_path, change
         start(c)
 
 
+def test_check_warmup_of_critiques_trains_the_check_under_the_critique_prompt(tmp_path):
+    """sft.check_rows='critique' (data.critique_format='worked_check'): the same pairs as critiques that open with
+    the check; held-out accuracy is read from the verdict the greedy critique writes after its check."""
+    from jaxrl_reason.experiment.data import build_data, critique_check_fn
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import warmed_up_policy
+
+    c = _check_cfg(tmp_path, check_rows="critique", check_steps=30)
+    c.data.verify_format, c.data.critique_format = "verdict", "worked_check"
+    rc, _ = start(c)
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    _, report = warmed_up_policy(rc, tok, task, str(tmp_path))
+    r = report["check_warmup"]
+    assert (r["rows"], r["heldout_rows"], r["solve_rows"]) == (36, 4, 36)
+    assert r["last_nll"] < r["first_nll"]
+    for k in ("before", "after"):
+        assert r[k]["rows"] == 4 and 0.0 <= r[k]["balanced_acc"] <= 1.0 and 0.0 <= r[k]["parsed"] <= 1.0
+    # the trainer's forced start of a critique is the same check
+    e = task.train[0]
+    assert critique_check_fn(rc.data)(e.question, e.solution) == ls.check_text(e.question, ls.TASK.parse(e.solution))
+    assert critique_check_fn(dataclasses.replace(rc.data, critique_format="fields")) is None
+
+
 def test_the_worked_check_preset_starts_with_its_stage():
     from jaxrl_reason.configs.testbed_latin_check import get_config
     from jaxrl_reason.experiment.pipeline import start
@@ -785,6 +850,16 @@ def test_the_worked_check_preset_starts_with_its_stage():
     rc, method = start(get_config())
     assert (rc.data.verify_format, rc.sft.verify_steps, rc.sft.check_steps) == ("worked_check", 0, 1500)
     assert rc.sft.check_questions <= rc.sft.examples and type(method).__name__ == "RLV"
+
+
+def test_the_worked_check_cure_preset_starts_with_its_critique_check_stage():
+    from jaxrl_reason.configs.testbed_latin_cure_check import get_config
+    from jaxrl_reason.experiment.pipeline import start
+
+    rc, method = start(get_config())
+    assert (rc.data.critique_format, rc.sft.check_rows, rc.sft.check_steps) == ("worked_check", "critique", 1500)
+    assert rc.data.verify_format == "verdict" and rc.model.hidden_size == 256
+    assert type(method).__name__ == "CURE" and method.guided_layout == "first"
 
 
 def test_spread_injector_writes_wrong_grids_shaped_like_the_policys_own():

@@ -45,13 +45,15 @@ ARMS = ("grpo", "cure")
 
 
 def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: int, progress: bool,
-                 guided_layout: str = "after") -> dict:
+                 guided_layout: str = "after", critique_format: str = "fields") -> dict:
     """pass@1 / maj@k from N samples per question and self-refinement from each question's first sample."""
     from jaxrl_reason.inference.strategies import evaluate_refinement
     from jaxrl_reason.inference.test_time import evaluate
 
     key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps,
            "critique_tokens": critique_tokens, "guided_layout": guided_layout}
+    if critique_format != "fields":  # keeps the cache keys of earlier evaluations
+        key["critique_format"] = critique_format
     cached = cached_eval(cfg, key)
     if cached is not None:
         return cached
@@ -65,7 +67,7 @@ def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: i
         critique_max_new_tokens=critique_tokens, initial=[s["completions"][0] for s in samples],
         initial_tokens=[s["lengths"][0] for s in samples], pool_classes=[s["classes"] for s in samples],
         pool_correct=[s["correct"] for s in samples], tokens_per_sample=pool["mean_completion_tokens"],
-        temperature=cfg.rl.temperature, seed=cfg.seed, guided_layout=guided_layout)
+        temperature=cfg.rl.temperature, seed=cfg.seed, guided_layout=guided_layout, critique_format=critique_format)
     refine.pop("critiques")
     return save_eval(cfg, {"key": key, "pass1": pool["sample_accuracy"], "majority": pool["strategies"]["majority"],
                            "ks": pool["ks"], "refinement": refine,
@@ -99,9 +101,13 @@ def main(argv=None):
     base = load_config_file(args.config, overrides)
     if base.method.name != "cure":
         raise SystemExit(f"--config {args.config}: method.name must be 'cure'")
-    # Both arms critique and re-solve with the CURE run's budget and guided layout at test time (the GRPO arm's
-    # method knobs are dropped).
+    # Both arms critique and re-solve with the CURE run's budget, guided layout and critique format at test time
+    # (the GRPO arm's method knobs are dropped). The training budget counts what follows the forced start; with a
+    # worked check the critic writes the check itself at test time, so its budget (data.check_tokens) is added.
+    critique_format = str(base.data.critique_format)
     critique_tokens = int(base.method.extra.critique_max_new_tokens)
+    if critique_format == "worked_check":
+        critique_tokens += int(base.data.check_tokens)
     guided_layout = str(base.method.extra.guided_layout)
 
     from absl import logging
@@ -118,6 +124,7 @@ def main(argv=None):
             print(f"== seed {seed} {arm}: evaluating", flush=True)
             evals[arm] = evaluate_arm(cfg, questions=args.questions, n=args.n, rounds=args.rounds,
                                       critique_tokens=critique_tokens, progress=not args.no_progress,
+                                      critique_format=critique_format,
                                       guided_layout=guided_layout)
         per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cure"])}
 

@@ -69,17 +69,30 @@ CRITIQUE_FIELD_DESCRIPTIONS = {
 }
 
 
-def critique_prompt(question: str, solution: str) -> str:
-    """Asks for the earliest answer-changing error in `solution`, in the four CRITIQUE_FIELDS, one per line."""
+# What a critique's reply holds [choice] (docs/methods/cure.md): "fields" is the paper's -- the four fields, the
+# verdict first; "worked_check" (testbed tasks with a written check) opens the reply with the task's check of the
+# solution, one line per constraint, so the verdict that follows reads the marks the critic just wrote.
+CRITIQUE_FORMATS = ("fields", "worked_check")
+
+
+def critique_prompt(question: str, solution: str, critique_format: str = "fields") -> str:
+    """Asks for the earliest answer-changing error in `solution`, in the four CRITIQUE_FIELDS, one per line;
+    with `critique_format="worked_check"`, after a line-by-line check of the solution."""
     q = _text(question, "question", "critique_prompt")
     s = _text(solution, "solution", "critique_prompt", model_output=True)
+    if critique_format not in CRITIQUE_FORMATS:
+        raise ValueError(f"critique_prompt: critique_format={critique_format!r} is unknown; use "
+                         f"{' | '.join(CRITIQUE_FORMATS)}")
     fields = "\n".join(f"{f}: {CRITIQUE_FIELD_DESCRIPTIONS[f]}" for f in CRITIQUE_FIELDS)
+    reply = "Reply with exactly these four fields, in this order, each starting on its own line:\n"
+    if critique_format == "worked_check":
+        reply = ("First check the solution, one line per constraint, each marked ok or naming what fails. Then "
+                 "reply with exactly these four fields, in this order, each starting on its own line:\n")
     return (
         "Review the solution to the problem below. Find the earliest error that affects the final answer.\n\n"
         f"Problem:\n{q}\n\n"
         f"Solution:\n{s}\n\n"
-        "Reply with exactly these four fields, in this order, each starting on its own line:\n"
-        f"{fields}"
+        f"{reply}{fields}"
     )
 
 

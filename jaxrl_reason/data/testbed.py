@@ -12,8 +12,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from jaxrl_reason.data.datasets import Example
-from jaxrl_reason.data.prompts import (VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt, guided_prompt,
-                                       parse_critique, verify_prompt)
+from jaxrl_reason.data.prompts import (CRITIQUE_FORMATS, VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt,
+                                       guided_prompt, parse_critique, verify_prompt)
 from jaxrl_reason.rewards.base import RewardResult
 
 
@@ -92,6 +92,30 @@ def verify_target(task: TestbedTask, question: str, text: str, verify_format: st
     return f"{task.check_text(question, task.parse(text), copies=verify_format == 'worked_check')}\n{verdict}"
 
 
+def critique_target(task: TestbedTask, question: str, answer: Any, kind: Optional[str],
+                    critique_format: str = "fields") -> str:
+    """A critique row's target: the task's four-field critique ("fields", METHODS §3), or its worked check of the
+    answer (every line copying what it compares), a line break and those fields ("worked_check", [choice],
+    docs/methods/cure.md)."""
+    fields = task.critique_text(question, answer, kind)
+    if critique_format == "fields":
+        return fields
+    if critique_format not in CRITIQUE_FORMATS:
+        raise ValueError(f"critique_format={critique_format!r} is unknown; use {' | '.join(CRITIQUE_FORMATS)}")
+    if task.check_text is None:
+        raise ValueError(f"critique_format={critique_format!r} needs a task with a worked check; {task.source} has "
+                         "none (use critique_format='fields')")
+    return f"{task.check_text(question, answer)}\n{fields}"
+
+
+def critique_check(task: TestbedTask, question: str, text: str) -> str:
+    """The worked check a "worked_check" critique of the completion `text` opens with (CURE forces it, with the
+    verdict after it, as the start of the critique it trains)."""
+    if task.check_text is None:
+        raise ValueError(f"critique_check: {task.source} has no worked check (use critique_format='fields')")
+    return task.check_text(question, task.parse(text))
+
+
 INJECT_EXTENTS = ("minimal", "spread")
 
 
@@ -128,14 +152,15 @@ def bound(task: TestbedTask) -> tuple:
 
 def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,
                    seed: int, verify_format: str = "verdict", inject_extent: str = "minimal",
-                   guided: int = 0, guided_layout: str = "after") -> list[Example]:
+                   guided: int = 0, guided_layout: str = "after", critique_format: str = "fields") -> list[Example]:
     """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
     whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
     `critique` CURE critiques (half of wrong solutions, half of right ones), `correct` CIPO corrections (a
     wrong attempt -> the worked solution) and `guided` CURE guided re-solves (the problem and the hint of the
     critique of a wrong attempt, the attempt not shown -> the worked solution). Examples are cycled when a count
     exceeds them. `verify_format` as in `verify_target`; the wrong solutions are
-    `injected_wrong(..., extent=inject_extent)`; `guided_layout` as in `prompts.guided_prompt`."""
+    `injected_wrong(..., extent=inject_extent)`; `guided_layout` as in `prompts.guided_prompt`; `critique_format`
+    as in `critique_target`."""
     if min(verify, critique, correct, guided) < 0:
         raise ValueError("auxiliary_rows: counts must be >= 0")
     if not examples and verify + critique + correct + guided:
@@ -152,8 +177,9 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     for i in range(critique):
         e = pick(verify + i)
         a, kind = (task.gold(e), None) if i % 2 == 0 else injected_wrong(task, e, rng, inject_extent)
-        rows.append(Example(critique_prompt(e.question, task.solution_text(a)), "", f"{e.id}/critique{i}",
-                            task.critique_text(e.question, a, kind), meta("critique")))
+        rows.append(Example(critique_prompt(e.question, task.solution_text(a), critique_format), "",
+                            f"{e.id}/critique{i}", critique_target(task, e.question, a, kind, critique_format),
+                            meta("critique")))
     for i in range(correct):
         e = pick(verify + critique + i)
         a, _ = injected_wrong(task, e, rng, inject_extent)
@@ -168,22 +194,34 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     return rows
 
 
+CHECK_ROWS = ("verify", "critique")  # the prompt a contrast pair's check is written under (check_pairs)
+
+
 def check_pairs(task: TestbedTask, examples: Sequence[Example], *, seed: int, verify_format: str = "worked_check",
-                inject_extent: str = "minimal") -> list[Example]:
-    """Per example two verify rows whose target is the task's written check then the verdict (`verify_target`):
-    its worked solution, then a wrong one drawn in the policy's measured error mix (`injected_wrong`). Within a
-    pair the question predicts nothing, so the verdict has to come from reading the solution; the check-warm-up's
-    rows (`train.check_warmup`)."""
-    if verify_format not in CHECK_FORMATS:
+                inject_extent: str = "minimal", rows_as: str = "verify") -> list[Example]:
+    """Per example two rows whose target is the task's written check then the verdict: its worked solution, then a
+    wrong one drawn in the policy's measured error mix (`injected_wrong`). Within a pair the question predicts
+    nothing, so the verdict has to come from reading the solution; the check-warm-up's rows
+    (`train.check_warmup`). `rows_as` "verify": verify rows (`verify_target` in `verify_format`); "critique":
+    critique rows in the "worked_check" critique format (`critique_target`: the check, then the four fields)."""
+    if rows_as not in CHECK_ROWS:
+        raise ValueError(f"check_pairs: rows_as={rows_as!r} is unknown; use {' | '.join(CHECK_ROWS)}")
+    if rows_as == "verify" and verify_format not in CHECK_FORMATS:
         raise ValueError(f"check_pairs: verify_format={verify_format!r} writes no check; use "
                          f"{' | '.join(CHECK_FORMATS)}")
     rng, rows = np.random.default_rng(seed), []
     for e in examples:
-        wrong = task.solution_text(injected_wrong(task, e, rng, inject_extent)[0])
-        for tag, sol in (("right", e.solution), ("wrong", wrong)):
-            rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/check_{tag}",
-                                verify_target(task, e.question, sol, verify_format),
-                                {"source": task.source, "format": "verify", "question": e.question, "solution": sol}))
+        wrong, kind = injected_wrong(task, e, rng, inject_extent)
+        for tag, sol, answer, k in (("right", e.solution, task.parse(e.solution), None),
+                                    ("wrong", task.solution_text(wrong), wrong, kind)):
+            meta = {"source": task.source, "format": rows_as, "question": e.question, "solution": sol,
+                    "right": k is None}
+            if rows_as == "verify":
+                rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/check_{tag}",
+                                    verify_target(task, e.question, sol, verify_format), meta))
+            else:
+                rows.append(Example(critique_prompt(e.question, sol, "worked_check"), "", f"{e.id}/check_{tag}",
+                                    critique_target(task, e.question, answer, k, "worked_check"), meta))
     return rows
 
 
@@ -209,7 +247,7 @@ def longest_critique(task: TestbedTask, examples: Sequence[Example], count_token
 
 def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]], *, critique: bool, correct: bool,
                      seed: int, keep_share: float = 0.0, guided: bool = False,
-                     guided_layout: str = "after") -> list[Example]:
+                     guided_layout: str = "after", critique_format: str = "fields") -> list[Example]:
     """Warm-up rows from the policy's *own* attempts (`(example, generated text)`, graded here by the task's
     checker), in the layout of `auxiliary_rows`: for `correct`, one CIPO correction per distinct wrong attempt
     (the attempt verbatim, as CIPO's replay prompt holds it -> the worked solution); for `critique`, one CURE
@@ -220,7 +258,7 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
     rows never show); for `guided`, one CURE guided re-solve per critiqued wrong attempt (the problem and that
     critique's hint, the attempt not shown -> the worked solution). Injected wrong answers are easier to fix than the
     policy's own (docs/results/cipo_testbed.md); these rows teach the formats on the errors RL and test time will
-    show them."""
+    show them. `critique_format` as in `critique_target`."""
     if not (critique or correct or guided):
         raise ValueError("own_attempt_rows: ask for critique, correct and/or guided rows")
     meta = lambda fmt, **kw: {"source": task.source, "format": fmt, "attempt": "own", **kw}  # noqa: E731
@@ -255,6 +293,6 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
         rng = np.random.default_rng(seed)
         keep = rng.permutation(len(right))[:len(flawed)]
         for i, (e, text, answer, kind) in enumerate(flawed + [right[j] for j in sorted(keep)]):
-            rows.append(Example(critique_prompt(e.question, text), "", f"{e.id}/own_critique{i}",
-                                task.critique_text(e.question, answer, kind), meta("critique")))
+            rows.append(Example(critique_prompt(e.question, text, critique_format), "", f"{e.id}/own_critique{i}",
+                                critique_target(task, e.question, answer, kind, critique_format), meta("critique")))
     return rows

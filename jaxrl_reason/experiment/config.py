@@ -77,6 +77,9 @@ class DataSection:
     # check, docs/methods/testbed.md) | mark_check (the same lines with their marks alone, no copies)
     verify_format: str = "verdict"
     check_tokens: int = 192  # worked_check / mark_check: the most tokens the verifier writes before its verdict is read
+    # what a CURE critique writes: fields (the four fields, the verdict first, METHODS §3) | worked_check (the task's
+    # check lines first, then the fields; testbed tasks with a check, docs/methods/cure.md)
+    critique_format: str = "fields"
     # testbed warm-up rows' wrong solutions: minimal (one error of a measured kind, 1-2 positions) | spread (off in
     # as many positions as the policy's own wrong answers; latin_square), docs/methods/testbed.md
     inject_extent: str = "minimal"
@@ -111,6 +114,9 @@ class SftSection:
     check_batch_size: int = 40  # rows per step, check and worked-solution rows mixed
     check_lr: float = 1e-3  # its learning rate (cosine schedule)
     check_solve_share: float = 1.0  # worked solutions mixed in per check row (keeps the solving skill)
+    # the prompt the pairs' checks are written under: verify (data.verify_format) | critique (CURE's critique in
+    # data.critique_format worked_check: the check, then the four fields)
+    check_rows: str = "verify"
     # Auxiliary formats mixed into the SFT warm-up (sources with AUX_FORMATS, e.g. graph_path), each as a share
     # of the sft.examples worked solutions: a from-scratch model has never seen these prompts (docs/methods/testbed.md)
     aux_verify_share: float = 0.0  # RL^V verify rows (problem + right/wrong solution -> "Yes"/"No")

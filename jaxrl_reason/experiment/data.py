@@ -7,7 +7,7 @@ from typing import Callable, NamedTuple
 
 from jaxrl_reason.data.datasets import dedupe, heldout_score, load_examples, question_key
 from jaxrl_reason.data.prompts import code_solve_prompt, solve_prompt
-from jaxrl_reason.data.testbed import TASK_MODULES, task_of, verify_target
+from jaxrl_reason.data.testbed import TASK_MODULES, critique_check, task_of, verify_target
 from jaxrl_reason.experiment.config import DataSection
 from jaxrl_reason.rewards.math import math_reward
 
@@ -132,6 +132,14 @@ def verify_target_fn(d: DataSection):
     if d.verify_format == "verdict":
         return None
     return functools.partial(verify_target, task_of(d.source), verify_format=d.verify_format)
+
+
+def critique_check_fn(d: DataSection):
+    """(question, completion) -> the worked check a critique opens with under `data.critique_format`
+    "worked_check", or None for the paper's critique (the verdict first)."""
+    if d.critique_format == "fields":
+        return None
+    return functools.partial(critique_check, task_of(d.source))
 
 
 def build_data(d: DataSection, seed: int) -> TaskData:

@@ -9,8 +9,9 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.data.testbed import (CHECK_FORMATS, INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows, own_attempt_rows,
-                                       task_of)
+from jaxrl_reason.data.prompts import CRITIQUE_FORMATS
+from jaxrl_reason.data.testbed import (CHECK_FORMATS, CHECK_ROWS, INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows,
+                                       own_attempt_rows, task_of)
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
 from jaxrl_reason.experiment.model import build_model, load_hf, save_hf
 
@@ -114,6 +115,13 @@ def check_aux_formats(rc: RunConfig) -> None:
             raise ValueError(f"config data.verify_format={fmt!r} teaches the check through the SFT rows "
                              "(sft.aux_verify_share, sft.check_steps); the verification warm-up (sft.verify_steps) "
                              "trains the one-token verdict only: set sft.verify_steps=0")
+    cfmt = rc.data.critique_format
+    if cfmt not in CRITIQUE_FORMATS:
+        raise ValueError(f"config data.critique_format={cfmt!r} is unknown; use {' | '.join(CRITIQUE_FORMATS)}")
+    if cfmt != "fields" and (rc.data.source not in AUX_FORMATS or task_of(rc.data.source).check_text is None):
+        with_check = [s for s in AUX_FORMATS if task_of(s).check_text is not None]
+        raise ValueError(f"config data.critique_format={cfmt!r} needs a task that writes a worked check "
+                         f"({' | '.join(with_check)}), got data.source={rc.data.source!r}; use 'fields'")
 
 
 def check_check_warmup(rc: RunConfig) -> None:
@@ -121,10 +129,15 @@ def check_check_warmup(rc: RunConfig) -> None:
     s = rc.sft
     if not stage_asked(rc, "check_steps", "the worked-check warm-up runs right after it, on its questions"):
         return
-    if rc.data.verify_format not in CHECK_FORMATS:
+    if s.check_rows not in CHECK_ROWS:
+        raise ValueError(f"config sft.check_rows={s.check_rows!r} is unknown; use {' | '.join(CHECK_ROWS)}")
+    if s.check_rows == "verify" and rc.data.verify_format not in CHECK_FORMATS:
         raise ValueError(f"config sft.check_steps > 0 teaches a written check, but data.verify_format="
                          f"{rc.data.verify_format!r} has none; set data.verify_format to one of "
-                         f"{' | '.join(CHECK_FORMATS)}, or sft.check_steps=0")
+                         f"{' | '.join(CHECK_FORMATS)}, or sft.check_rows='critique', or sft.check_steps=0")
+    if s.check_rows == "critique" and rc.data.critique_format != "worked_check":
+        raise ValueError(f"config sft.check_rows='critique' teaches critiques that open with the check, but "
+                         f"data.critique_format={rc.data.critique_format!r}; set data.critique_format='worked_check'")
     if not 2 <= s.check_questions <= s.examples:
         raise ValueError(f"config sft.check_questions={s.check_questions} must be in [2, sft.examples={s.examples}]: "
                          "it trains on warm-up questions only (RL's are kept unseen) and holds one out at least")
@@ -197,7 +210,8 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
     if not any(counts.values()):
         return base, task.prompt_fn
     aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
-                         inject_extent=rc.data.inject_extent, guided_layout=guided_layout(rc), **counts)
+                         inject_extent=rc.data.inject_extent, guided_layout=guided_layout(rc),
+                         critique_format=rc.data.critique_format, **counts)
     turns = frozenset(e.question for e in aux)
 
     def prompt_fn(question: str) -> str:
@@ -278,8 +292,8 @@ def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: s
                        task.train[:s.examples], steps=s.check_steps, check_tokens=rc.data.check_tokens,
                        batch_size=s.check_batch_size, lr=s.check_lr, warmup_steps=s.warmup_steps,
                        solve_share=s.check_solve_share, seed=rc.seed, verify_format=rc.data.verify_format,
-                       inject_extent=rc.data.inject_extent, prompt_fn=task.prompt_fn, writer=writer,
-                       progress=rc.rl.progress, mesh=mesh)
+                       inject_extent=rc.data.inject_extent, rows_as=s.check_rows, prompt_fn=task.prompt_fn,
+                       writer=writer, progress=rc.rl.progress, mesh=mesh)
     writer.close()
     res["seconds"] = time.time() - t
     b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
@@ -307,7 +321,8 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
         key=jax.random.fold_in(jax.random.PRNGKey(rc.seed), 0x0A77), prompt_fn=task.prompt_fn, mesh=mesh)
     attempts = list(zip([e for e in questions for _ in range(s.own_attempt_samples)], texts))
     rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, keep_share=s.own_attempt_keep_share,
-                            guided_layout=guided_layout(rc), **own_attempt_formats(rc))
+                            guided_layout=guided_layout(rc), critique_format=rc.data.critique_format,
+                            **own_attempt_formats(rc))
     if not rows:
         raise ValueError(f"own-attempt warm-up: the policy's {len(texts)} attempts gave no row (all right, or no "
                          "critiquable error); sample more questions (sft.own_attempt_questions) or set "

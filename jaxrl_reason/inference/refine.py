@@ -21,7 +21,8 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import numpy as np
 
-from jaxrl_reason.data.prompts import GUIDED_LAYOUTS, critique_prompt, guided_prompt, parse_critique, solve_prompt
+from jaxrl_reason.data.prompts import (CRITIQUE_FORMATS, GUIDED_LAYOUTS, critique_prompt, guided_prompt, parse_critique,
+                                       solve_prompt)
 
 Generate = Callable[..., list]  # (prompts: list[list[int]], *, max_new_tokens: int) -> list[list[int]]
 
@@ -170,7 +171,8 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                 temperature: float = 0.0, seed: int = 0, batch_size: int = 64,
                 generate: Optional[Generate] = None, prompt_fn: Callable[[str], str] = solve_prompt,
                 min_hint_words: int = 10, initial: Optional[Sequence[str]] = None,
-                initial_tokens: Optional[Sequence[int]] = None, guided_layout: str = "after") -> RefineResult:
+                initial_tokens: Optional[Sequence[int]] = None, guided_layout: str = "after",
+                critique_format: str = "fields") -> RefineResult:
     """Solve, then up to `rounds` rounds of self-critique and guided re-solving (see the module docstring).
 
     examples:  objects with `.question` (and whatever `reward_fn` reads, e.g. `.answer`)
@@ -181,11 +183,15 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                pool, so refinement and voting start from the same samples); default: generate them.
     initial_tokens: [N] the tokens generating `initial` took, round 0's cost (default: their encoded lengths).
     guided_layout: the re-solve prompt's layout (`prompts.guided_prompt`; a CURE run's method.extra.guided_layout)
+    critique_format: what the critique prompt asks for (`prompts.critique_prompt`; a run's data.critique_format);
+    with "worked_check" the critique budget must hold the check as well
     """
     if rounds < 0:
         raise ValueError(f"self_refine: rounds must be >= 0, got {rounds}")
     if guided_layout not in GUIDED_LAYOUTS:
         raise ValueError(f"self_refine: guided_layout must be one of {GUIDED_LAYOUTS}, got {guided_layout!r}")
+    if critique_format not in CRITIQUE_FORMATS:
+        raise ValueError(f"self_refine: critique_format must be one of {CRITIQUE_FORMATS}, got {critique_format!r}")
     if max_new_tokens < 1:
         raise ValueError(f"self_refine: max_new_tokens must be >= 1, got {max_new_tokens}")
     if generate is None:
@@ -225,7 +231,7 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
         active = np.flatnonzero(stopped < 0)
         if not len(active):
             continue
-        c_ids = generate(render([critique_prompt(questions[i], solutions[i]) for i in active]),
+        c_ids = generate(render([critique_prompt(questions[i], solutions[i], critique_format) for i in active]),
                          max_new_tokens=crit_budget)
         c_texts = _decode(tokenizer, c_ids)
         parsed = [parse_critique(c, min_hint_words=min_hint_words) for c in c_texts]

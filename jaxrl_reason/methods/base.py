@@ -77,6 +77,9 @@ class Context(NamedTuple):
     # (question, completion) -> a verify row's target text when the data writes a worked check before the verdict
     # (data.verify_format="worked_check" / "mark_check"); None: the one-token verdict
     verify_target: Optional[Callable[[str, str], str]] = None
+    # (question, completion) -> the worked check a critique opens with, before its verdict (data.critique_format=
+    # "worked_check"; CURE forces it with the verdict); None: the critique opens with its verdict (METHODS §3)
+    critique_check: Optional[Callable[[str, str], str]] = None
 
 
 class Method(Protocol):

@@ -6,7 +6,9 @@ the authors' code (a verl fork); docs/methods/cure.md lists our choices and ever
 1. critique rows: a fixed-size batch (`critique_batch_size`, default Q*K/2), half of wrong samples, half of
    correct ones, filled in the authors' order (`select_critique_rows`). The prompt is `critique_prompt(x, y)`; the
    response starts with the outcome verifier's verdict `critique_verdict_prefix(y is wrong)` (teacher-forced) and
-   the policy writes the remaining fields after it.
+   the policy writes the remaining fields after it. [choice] With a worked check (`Context.critique_check`, data
+   .critique_format "worked_check") the forced start is the task's check of y, then the verdict: the outcome
+   verifier's judgement written out line by line, trained with the verdict's fixed advantage.
 2. guided re-exploration: for each critique of a *wrong* y, `guided_samples` (M) solutions of
    `guided_prompt(x, hint)` -- the hint only, never y -- rewarded by the same verifier.
 3. three PPO-clip tasks, by default each normalised over its own tokens and summed (the paper's text;
@@ -250,7 +252,7 @@ def segment_advantages(n_verdict: int, n_rest: int, verdict_advantage: float, re
 class _Critiques(NamedTuple):
     rows: np.ndarray  # flat solve-sample index of each critique
     prompts: list  # rendered critique prompt ids, without the verdict
-    verdicts: list  # forced verdict ids
+    verdicts: list  # forced ids: the verdict, after the worked check when the critique opens with one
     generated: list  # generated ids after the verdict
     logprobs: list  # sampler log-probs of `generated` (pi_old)
     sampling_logprobs: list  # sampler log q of `generated` (the truncated distribution)
@@ -288,7 +290,7 @@ class CURE(GRPO):
         max_replay_per_query:      cap on replayed samples per query (0 = K, the authors' cap; -1 = none)
         critique_advantage_scale:  c in c * (g + format penalty - acc(x))
         verdict_advantage:         the fixed advantage of the teacher-forced verdict tokens
-        critique_max_new_tokens:   generation budget of a critique after its verdict
+        critique_max_new_tokens:   generation budget of a critique after its verdict (and its forced check)
         guided_max_new_tokens:     budget of a guided solution (0 = the trainer's max_new_tokens)
         format_penalty_missing / format_penalty_short_hint / min_hint_words: the critique format penalty
         task_pooling:              per_task (each task's loss averaged over its own tokens, summed: the paper)
@@ -382,17 +384,21 @@ class CURE(GRPO):
     def _critique(self, ro: Rollouts, rows: np.ndarray, ctx: Context) -> _Critiques:
         tok, g = ctx.tokenizer, ro.group_size
         wrong = ro.rewards.reshape(-1)[rows] <= 0.5
-        texts = [tok.render_prompt(critique_prompt(ro.examples[r // g].question, ro.texts[r])) for r in rows]
+        fmt = "fields" if ctx.critique_check is None else "worked_check"
+        questions = [ro.examples[r // g].question for r in rows]
+        texts = [tok.render_prompt(critique_prompt(q, ro.texts[r], fmt)) for q, r in zip(questions, rows)]
         prompts = tok.encode_ragged(texts)
-        # Encoded on their own (not merged with the prompt's last token), so the verdict is the same ids in
-        # every row and the same ids the model must produce by itself at test time.
-        verdict_ids = {w: tok.encode(critique_verdict_prefix(bool(w))) for w in (True, False)}
-        verdicts = [verdict_ids[bool(w)] for w in wrong]
+        # The forced start, encoded on its own (not merged with the prompt's last token): the same ids the model
+        # must produce by itself at test time.
+        heads = [critique_verdict_prefix(bool(w)) for w in wrong]
+        if ctx.critique_check is not None:
+            heads = [f"{ctx.critique_check(q, ro.texts[r])}\n{h}" for q, r, h in zip(questions, rows, heads)]
+        verdicts = [tok.encode(h) for h in heads]
         out = generate_rollouts(ctx.sample, tok, [p + v for p, v in zip(prompts, verdicts)],
                                 [ro.examples[r // g] for r in rows], num_samples=1,
                                 max_new_tokens=self.critique_max_new_tokens)
         generated, logprobs, sampling = list(out.completions), list(out.logprobs), list(out.sampling_logprobs)
-        full = [critique_verdict_prefix(bool(w)) + r for w, r in zip(wrong, out.texts)]
+        full = [h + r for h, r in zip(heads, out.texts)]
         return _Critiques(rows, prompts, verdicts, generated, logprobs, sampling, full, wrong)
 
     def _guided(self, ro: Rollouts, examples: list, hints: list, ctx: Context):

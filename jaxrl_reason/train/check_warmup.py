@@ -8,15 +8,22 @@ keeps its skill. Run after the SFT warm-up, before RL (config `sft.check_steps`)
 policy it is what took the verifier on the policy's own samples to within-question AUROC 0.93
 (docs/results/testbed.md, run 19).
 
+With `rows_as="critique"` the pairs are CURE critiques that open with the check (data.critique_format
+"worked_check": the check, then the four fields, the verdict first among them), so the critic's verdict reads the
+marks it wrote -- the same skill, under the prompt CURE trains and self-refinement asks.
+
 The held-out slice is the pairs of the first 10% of the questions (at most 100), never trained on; the verifier's
-balanced accuracy on it, read after the check it writes, is reported before and after.
+balanced accuracy on it, read after the check it writes (for critiques: the verdict the greedy critique writes),
+is reported before and after.
 """
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
 from jaxrl_reason.data.datasets import Example
-from jaxrl_reason.data.prompts import VERIFY_YES, solve_prompt
+import numpy as np
+
+from jaxrl_reason.data.prompts import VERIFY_YES, critique_verdict_prefix, parse_critique, solve_prompt
 from jaxrl_reason.data.testbed import TestbedTask, check_pairs
 from jaxrl_reason.inference.verifier import verifier_accuracy
 from jaxrl_reason.train.metrics import MetricsWriter
@@ -29,14 +36,37 @@ def heldout_questions(n: int) -> int:
 
 
 def heldout_check_rows(task: TestbedTask, examples: Sequence[Example], *, seed: int, verify_format: str,
-                       inject_extent: str = "minimal") -> list[Example]:
+                       inject_extent: str = "minimal", rows_as: str = "verify") -> list[Example]:
     """The held-out pairs `check_warmup` measures on (drawn with `seed + 1`, apart from the trained pairs)."""
     return check_pairs(task, examples[:heldout_questions(len(examples))], seed=seed + 1, verify_format=verify_format,
-                       inject_extent=inject_extent)
+                       inject_extent=inject_extent, rows_as=rows_as)
+
+
+def critique_verdict_accuracy(model, tokenizer, rows: Sequence[Example], check_tokens: int,
+                              batch_size: int = 64) -> dict:
+    """Critique rows (`check_pairs(rows_as="critique")`): the greedy critique, written up to its verdict line
+    (<= check_tokens, then the verdict's own tokens), scored like `verifier_accuracy` ("no error" on a right
+    solution and "error" on a wrong one); an unparsed verdict counts as the wrong call."""
+    from jaxrl_reason.inference.refine import make_generate
+
+    labels = np.asarray([r.meta["right"] for r in rows], bool)
+    budget = check_tokens + len(tokenizer.encode(critique_verdict_prefix(False))) + 2
+    generate = make_generate(model, tokenizer, batch_size=batch_size)
+    ids = generate(tokenizer.encode_ragged([tokenizer.render_prompt(r.question) for r in rows]), max_new_tokens=budget)
+    found = [parse_critique(tokenizer.decode(list(x), skip_special_tokens=True)).error_found for x in ids]
+    says_right = np.asarray([f is False for f in found])
+    says_wrong = np.asarray([f is True for f in found])
+    pos = float(says_right[labels].mean()) if labels.any() else float("nan")
+    neg = float(says_wrong[~labels].mean()) if (~labels).any() else float("nan")
+    return {"acc_positive": pos, "acc_negative": neg, "balanced_acc": 0.5 * (pos + neg),
+            "parsed": float(np.mean([f is not None for f in found])) if found else 0.0, "rows": int(len(labels))}
 
 
 def check_accuracy(model, tokenizer, rows: Sequence[Example], check_tokens: int) -> dict:
-    """`verifier_accuracy` of check rows: the verdict read after the check the model writes (<= check_tokens)."""
+    """How well the model judges check rows after writing its check (<= check_tokens): `verifier_accuracy` of
+    verify rows (the verdict read after the check), `critique_verdict_accuracy` of critique rows."""
+    if rows and rows[0].meta["format"] == "critique":
+        return critique_verdict_accuracy(model, tokenizer, rows, check_tokens)
     labels = [r.solution.endswith(VERIFY_YES) for r in rows]
     return verifier_accuracy(model, tokenizer, [r.meta["question"] for r in rows], [r.meta["solution"] for r in rows],
                              labels, check_tokens=check_tokens)
@@ -45,13 +75,15 @@ def check_accuracy(model, tokenizer, rows: Sequence[Example], check_tokens: int)
 def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example], solve_examples: Sequence[Example],
                  *, steps: int, check_tokens: int, batch_size: int = 40, lr: float = 1e-3, warmup_steps: int = 10,
                  solve_share: float = 1.0, seed: int = 0, verify_format: str = "worked_check",
-                 inject_extent: str = "minimal", extra_rows: Sequence[Example] = (), span_weights=None,
+                 inject_extent: str = "minimal", rows_as: str = "verify", extra_rows: Sequence[Example] = (),
+                 span_weights=None,
                  prompt_fn: Callable[[str], str] = solve_prompt, writer: Optional[MetricsWriter] = None,
                  progress: bool = True, mesh=None) -> dict:
     """The worked-check warm-up (module docstring); updates `model` in place.
 
     examples: the questions whose contrast pairs it trains on (the first `heldout_questions(len(examples))` held
     out); solve_examples: the worked solutions mixed in, `solve_share` per check row (at least one);
+    rows_as: the pairs as verify rows or as critiques that open with the check (`data.testbed.check_pairs`);
     extra_rows: more verify rows to train on beside the pairs (e.g. checks of the policy's own attempts);
     span_weights: per-token loss weights on the rows' target spans (`trainer.sft_rows`).
     Returns {"rows", "extra_rows", "solve_rows", "heldout_rows", "before", "after", "first_nll", "last_nll"}:
@@ -62,10 +94,11 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
         raise ValueError(f"check_warmup needs >= 2 questions (one is held out), got {len(examples)}")
     if solve_share < 0:
         raise ValueError(f"check_warmup solve_share must be >= 0, got {solve_share}")
-    held = heldout_check_rows(task, examples, seed=seed, verify_format=verify_format, inject_extent=inject_extent)
+    held = heldout_check_rows(task, examples, seed=seed, verify_format=verify_format, inject_extent=inject_extent,
+                              rows_as=rows_as)
     before = check_accuracy(model, tokenizer, held, check_tokens)
     rows = check_pairs(task, examples[heldout_questions(len(examples)):], seed=seed, verify_format=verify_format,
-                       inject_extent=inject_extent) + list(extra_rows)
+                       inject_extent=inject_extent, rows_as=rows_as) + list(extra_rows)
     solve = list(solve_examples[:max(1, int(len(rows) * solve_share))]) if solve_share > 0 else []
     turns = frozenset(r.question for r in rows)  # a check row's question is its whole user turn
     hist = sft_train(model, tokenizer, rows + solve, steps=steps, batch_size=batch_size, lr=lr,

@@ -1,0 +1,30 @@
+"""CURE on the 4x4 Latin-square testbed with the worked check in the critique, on the 4 x 256 policy: the critique
+opens with the task's check of the solution (each row and column copied, then marked), then the four fields, so
+its verdict reads the marks the critic just wrote (`data.critique_format = "worked_check"`, a [choice]:
+docs/methods/cure.md). In training CURE forces the true check with the verdict, the start the outcome verifier
+would write, and the policy writes the fields after it; at test time the critic writes the check itself.
+
+    python experiments/research/bench_cure.py --config experiments/configs/testbed_latin_cure_check.py \
+        --workdir runs/bench_cure_check_s0 --seeds 0
+
+The warm-up is the `testbed_latin_cure` preset's (BPE on the critique rows, 10% critique and 10% guided rows in the
+SFT, then critiques and guided re-solves of its own attempts) at the width where the worked check first read the
+policy's own samples (`testbed_latin_check`, docs/results/testbed.md run 19), with run 19's check stage posed
+as critiques: 1,500 steps on the contrast pairs of 4,096 warm-up questions, each a worked solution and a wrong
+one whose critique opens with the check (`sft.check_rows = "critique"`). With the paper's critique the verdict of
+the 4 x 128 warm-up sat at the base rate of wrong answers on three seeds (docs/results/cure_testbed.md).
+"""
+from jaxrl_reason.configs.testbed_latin_cure import get_config as testbed_latin_cure
+
+
+def get_config():
+    c = testbed_latin_cure()
+    c.workdir = "runs/testbed_latin_cure_check"
+    c.model.hidden_size = 256
+    c.model.intermediate_size = 768
+    c.sft.lr = 1.5e-3  # 3e-3 (the 4 x 128's) diverged at this width (testbed_latin_check)
+    c.data.critique_format = "worked_check"
+    c.sft.check_steps = 1500
+    c.sft.check_questions = 4096
+    c.sft.check_rows = "critique"
+    return c
