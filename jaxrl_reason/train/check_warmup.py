@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from jaxrl_reason.data.datasets import Example
 import numpy as np
 
+from jaxrl_reason.data.datasets import Example
 from jaxrl_reason.data.prompts import VERIFY_YES, critique_verdict_prefix, parse_critique, solve_prompt
 from jaxrl_reason.data.testbed import TestbedTask, check_pairs
 from jaxrl_reason.inference.verifier import verifier_accuracy
