@@ -820,13 +820,14 @@ def test_check_warmup_is_refused_at_start_up_when_it_cannot_run(tmp_path, change
 
 def test_check_warmup_of_critiques_trains_the_check_under_the_critique_prompt(tmp_path):
     """sft.check_rows='critique' (data.critique_format='worked_check'): the same pairs as critiques that open with
-    the check; held-out accuracy is read from the verdict the greedy critique writes after its check."""
+    the check; held-out accuracy is read from the verdict the greedy critique writes after its check. With
+    sft.pack the SFT and the stage train on packed rows."""
     from jaxrl_reason.experiment.data import build_data, critique_check_fn
     from jaxrl_reason.experiment.model import build_tokenizer
     from jaxrl_reason.experiment.pipeline import start
     from jaxrl_reason.experiment.warmup import warmed_up_policy
 
-    c = _check_cfg(tmp_path, check_rows="critique", check_steps=30)
+    c = _check_cfg(tmp_path, check_rows="critique", check_steps=30, pack=True)
     c.data.verify_format, c.data.critique_format = "verdict", "worked_check"
     rc, _ = start(c)
     task = build_data(rc.data, rc.seed)
@@ -858,7 +859,7 @@ def test_the_worked_check_cure_preset_starts_with_its_critique_check_stage():
 
     rc, method = start(get_config())
     assert (rc.data.critique_format, rc.sft.check_rows, rc.sft.check_steps) == ("worked_check", "critique", 1500)
-    assert rc.data.verify_format == "verdict" and rc.model.hidden_size == 256
+    assert rc.data.verify_format == "verdict" and rc.model.hidden_size == 256 and rc.sft.pack
     assert type(method).__name__ == "CURE" and method.guided_layout == "first"
 
 

@@ -393,3 +393,40 @@ def test_sft_span_weights_weigh_the_loss_and_move_the_weighted_tokens_more(token
             span_token_weights([(0, 2)], [bad])
     with pytest.raises(ValueError, match="past its"):
         sft_rows(tokenizer, examples[:1], span_weights=lambda e: [(0, len(e.solution) + 1, 2.0)])
+
+
+def test_packed_rows_are_the_same_sft_update_on_fewer_rows(tokenizer):
+    """rl.batch.pack_rows (sft.pack): long and short sequences share rows as segments; every sequence keeps its
+    tokens, positions and targets, and the token-mean SFT update is the unpacked one."""
+    import optax
+
+    from jaxrl_reason.rl.batch import pack_rows, pad_rows_to
+
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, 30, n).tolist() for n in (9, 3, 4, 12, 2, 5)]
+    targets = [rng.integers(5, 30, n).tolist() for n in (6, 2, 3, 9, 2, 4)]
+    batch = build_token_batch(prompts, targets, [0.0] * 6, None, "solve", length=24)
+    packed = pack_rows(batch)
+    assert packed.tokens.shape == (3, 24)  # sequences of 21 | 15 + 9 | 7 + 5 + 4 tokens in rows of 24
+    seen = []
+    for r in range(packed.batch_size):
+        for k in range(1, int(packed.segment_ids[r].max()) + 1):
+            at = packed.segment_ids[r] == k
+            seq = packed.tokens[r][at].tolist()
+            i = next(i for i in range(6) if seq == prompts[i] + targets[i])
+            seen.append(i)
+            np.testing.assert_array_equal(packed.positions[r][at], np.arange(at.sum()))
+            np.testing.assert_array_equal(packed.loss_mask[r][at], batch.loss_mask[i][:at.sum()])
+    assert sorted(seen) == list(range(6))
+    with pytest.raises(ValueError, match="does not fit length=8"):
+        pack_rows(batch, 8)
+    with pytest.raises(ValueError, match="one sequence from its first position"):
+        pack_rows(packed)
+
+    model = tiny_model(tokenizer)
+    graphdef, params = nnx.split(model)
+    opt = optax.sgd(1.0)  # the update is the gradient itself
+    update = make_update(graphdef, opt, (sft_spec(("solve",), name="sft", aggregation="token_mean"),))
+    ref = update(jax.tree.map(jnp.copy, params), opt.init(params), batch)
+    out = update(jax.tree.map(jnp.copy, params), opt.init(params), pad_rows_to(packed, 4, bucket=True))
+    assert_same_update(out, ref, params, ("loss/sft", "grad_norm"), rtol=1e-5, atol=1e-6)

@@ -27,4 +27,7 @@ def get_config():
     c.sft.check_steps = 1500
     c.sft.check_questions = 4096
     c.sft.check_rows = "critique"
+    # A critique pair row is ~460 tokens beside ~80 for a worked solution: one sequence per row left half of each
+    # padded batch empty; packed, the same update is ~1.9x faster (docs/results/sft_packing.md)
+    c.sft.pack = True
     return c

@@ -97,6 +97,9 @@ class SftSection:
     batch_size: int = 16  # worked solutions per warm-up step
     lr: float = 3e-3  # warm-up learning rate (cosine schedule)
     warmup_steps: int = 10  # learning-rate warm-up steps of the SFT
+    # pack each step's rows into fewer rows (rl.batch.pack_rows): the same loss, less padding where row lengths
+    # differ (critique rows beside worked solutions); every SFT-style stage (SFT, own-attempt, worked-check)
+    pack: bool = False
     examples: int = 6000  # how many training problems the warm-up sees (the rest are left for RL)
     verify_steps: int = 0  # verification warm-up steps after SFT (0 = none)
     verify_questions: int = 512  # warm-up questions sampled for it (taken from the SFT slice)

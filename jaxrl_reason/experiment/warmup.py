@@ -253,7 +253,7 @@ def run_sft(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=
     examples, prompt_fn = sft_examples(rc, task)
     sft_train(model, tokenizer, examples, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
               warmup_steps=s.warmup_steps, seed=rc.seed, writer=writer, progress=rc.rl.progress,
-              prompt_fn=prompt_fn, mesh=mesh)
+              prompt_fn=prompt_fn, mesh=mesh, pack=s.pack)
     writer.close()
     return time.time() - t
 
@@ -293,7 +293,7 @@ def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: s
                        batch_size=s.check_batch_size, lr=s.check_lr, warmup_steps=s.warmup_steps,
                        solve_share=s.check_solve_share, seed=rc.seed, verify_format=rc.data.verify_format,
                        inject_extent=rc.data.inject_extent, rows_as=s.check_rows, prompt_fn=task.prompt_fn,
-                       writer=writer, progress=rc.rl.progress, mesh=mesh)
+                       writer=writer, progress=rc.rl.progress, mesh=mesh, pack=s.pack)
     writer.close()
     res["seconds"] = time.time() - t
     b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
@@ -333,7 +333,7 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     writer = _writer(workdir, "logs_own_attempts")
     sft_train(model, tokenizer, rows + solves[:n_solve], steps=s.own_attempt_steps, batch_size=s.batch_size,
               lr=s.own_attempt_lr, warmup_steps=s.warmup_steps, seed=rc.seed + 1, writer=writer,
-              progress=rc.rl.progress, mesh=mesh,
+              progress=rc.rl.progress, mesh=mesh, pack=s.pack,
               prompt_fn=lambda q: q if q in turns else task.prompt_fn(q))
     writer.close()
     formats = [r.meta["format"] for r in rows]

@@ -273,6 +273,48 @@ def pad_time_to(batch: TokenBatch, length: int) -> TokenBatch:
     return batch._replace(**{f: pad(getattr(batch, f)) for f in _TIME_FIELDS})
 
 
+def pack_rows(batch: TokenBatch, length: Optional[int] = None) -> TokenBatch:
+    """Packs a host batch of one-sequence rows into fewer rows of `length` time steps (default: the batch's),
+    first-fit by decreasing sequence length; only rows of the same task share a row. Every sequence keeps its
+    tokens, positions (restarting at 0), targets, weights and log-probs, now as segment 1, 2, ... of its row, so
+    token- and sequence-mean losses are the same sums over the same tokens (the model masks attention across
+    segments). What it saves is padding: warm-up rows of a few hundred tokens beside worked solutions of a few
+    dozen left half of each padded batch empty. Filler rows (PAD_TASK_ID) are dropped."""
+    tokens = np.asarray(batch.tokens)
+    seg = np.asarray(batch.segment_ids)
+    b, t = tokens.shape
+    length = t if length is None else int(length)
+    lens = (seg != 0).sum(axis=1)
+    if np.any(seg > 1) or np.any(seg[np.arange(t)[None, :] >= lens[:, None]] != 0):
+        raise ValueError("pack_rows: every row must hold one sequence from its first position (segment_ids 1 then 0)")
+    if lens.max(initial=0) > length:
+        raise ValueError(f"pack_rows: a {int(lens.max())}-token row does not fit length={length}")
+    task = np.asarray(batch.task_id)
+    bins: list[list] = []  # [task, used, [row, ...]]
+    for i in sorted(np.flatnonzero((task != PAD_TASK_ID) & (lens > 0)), key=lambda i: (-lens[i], i)):
+        home = next((x for x in bins if x[0] == task[i] and x[1] + lens[i] <= length), None)
+        if home is None:
+            home = [task[i], 0, []]
+            bins.append(home)
+        home[1] += int(lens[i])
+        home[2].append(int(i))
+    out = {}
+    for f in _TIME_FIELDS:
+        x = getattr(batch, f)
+        out[f] = None if x is None else np.zeros((len(bins), length), _DTYPES[f])
+    for r, (_, _, rows) in enumerate(bins):
+        at = 0
+        for k, i in enumerate(rows, start=1):
+            n = int(lens[i])
+            for f in _TIME_FIELDS:
+                if out[f] is not None:
+                    out[f][r, at:at + n] = np.asarray(getattr(batch, f))[i, :n]
+            out["segment_ids"][r, at:at + n] = k
+            at += n
+    out["task_id"] = np.asarray([x[0] for x in bins], np.int32)
+    return TokenBatch(**out)
+
+
 def concat_batches(batches: Sequence[TokenBatch]) -> TokenBatch:
     """Stacks rows of several batches; shorter batches are right-padded in time to the longest.
 

@@ -31,7 +31,7 @@ from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
 from jaxrl_reason.rl import advantages as adv_lib
-from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size, split_mini_batches
+from jaxrl_reason.rl.batch import build_token_batch, pack_rows, pad_rows_to, scored_size, split_mini_batches
 from jaxrl_reason.rl.losses import needs_reference, nonfinite_terms, scoring_temperatures, sft_spec, value_task_ids
 from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.sampling.sampler import sample
@@ -510,10 +510,13 @@ def checked_update(update, params, opt_state, batch, *, where: str, scored: Opti
 def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: float, seed: int = 0,
               warmup_steps: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
               writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
-              rules: prules.Rules = prules.DEFAULT_RULES, span_weights: Optional[SpanWeights] = None) -> list[dict]:
+              rules: prules.Rules = prules.DEFAULT_RULES, span_weights: Optional[SpanWeights] = None,
+              pack: bool = False) -> list[dict]:
     """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics.
     mesh: the mesh to train on (None: the one-device mesh): params and optimizer state laid out by `rules`, rows
-    over data x fsdp. span_weights: per-token loss weights on spans of the solutions (`sft_rows`)."""
+    over data x fsdp. span_weights: per-token loss weights on spans of the solutions (`sft_rows`).
+    pack: each step's rows packed into fewer rows of the same length (`rl.batch.pack_rows`; the same token-mean
+    loss, less padding when row lengths differ), the row count bucketed so few shapes compile."""
     terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
     opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule=schedule)
     tr = start_training(model, opt, terms, mesh, rules=rules, micro_batches=micro_batches)
@@ -523,8 +526,8 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     history = []
     bar = progress_bar(steps, "sft", disable=not progress or not pmesh.is_main_process())
     for step in range(1, steps + 1):
-        batch = pad_rows_to(sft_rows(tokenizer, next(data), prompt_fn=prompt_fn, span_weights=span_weights),
-                            row_multiple)
+        batch = sft_rows(tokenizer, next(data), prompt_fn=prompt_fn, span_weights=span_weights)
+        batch = pad_rows_to(pack_rows(batch), row_multiple, bucket=True) if pack else pad_rows_to(batch, row_multiple)
         scored = scored_size(batch, micro_batches, row_multiple // micro_batches)
         batch = prules.shard_batch(batch, tr.mesh)
         out = checked_update(update, params, opt_state, batch, where=f"SFT step {step}", scored=scored)
