@@ -863,6 +863,42 @@ def test_the_worked_check_cure_preset_starts_with_its_critique_check_stage():
     assert type(method).__name__ == "CURE" and method.guided_layout == "first"
 
 
+@pytest.mark.slow
+def test_cure_with_the_worked_check_trains_end_to_end(tmp_path):
+    """The CURE worked-check preset, shrunk (no own-attempt stage): SFT with checked critique rows, the critique
+    check stage (packed),
+    then CURE steps whose forced critique start is the check and the verdict (more trained critique tokens than
+    the generated rest alone)."""
+    from jaxrl_reason.configs.testbed_latin_cure_check import get_config
+    from jaxrl_reason.experiment.pipeline import run
+
+    c = get_config()
+    c.workdir = str(tmp_path)
+    c.data.train_size, c.data.heldout_size = 300, 8
+    c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 32, 2, 64
+    c.sft.steps, c.sft.examples, c.sft.batch_size = 10, 100, 8
+    c.sft.check_steps, c.sft.check_questions, c.sft.check_batch_size = 4, 20, 8
+    c.sft.own_attempt_steps = 0  # a 10-step policy writes no grid to critique
+    c.rl.steps, c.rl.prompts_per_step, c.rl.progress = 2, 2, False
+    c.method.extra.critique_batch_size = 4
+    results = run(c)
+    assert results["check_warmup"]["after"]["rows"] == 4 and "after" in results
+    from jaxrl_reason.tokenization import Tokenizer
+
+    tok = Tokenizer.from_pretrained(os.path.join(c.workdir, "final"))
+    shortest_head = len(tok.encode(f"{ls.NO_GRID_CHECK}\nERROR_FOUND: true\n"))
+    rows = [json.loads(x) for x in open(os.path.join(c.workdir, "logs", "metrics.jsonl"))]
+    rows = [r for r in rows if "loss/total" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        # a 10-step policy is never right: only the wrong half of the batch of 4 has candidates
+        n = r["critique/rows"]
+        assert np.isfinite(r["loss/total"]) and n in (2, 4) and np.isfinite(r["loss/critique"])
+        # every critique row trains its forced check (the shortest: an unreadable grid's) and verdict beside its
+        # generated rest
+        assert r["critique/tokens"] >= n * (r["critique/length_mean"] + shortest_head)
+
+
 def test_spread_injector_writes_wrong_grids_shaped_like_the_policys_own():
     """inject_extent="spread": always wrong, its kind the first violated constraint, off the gold grid in several
     blanks (the measured median was 5 of 10) with a given rewritten in about 40% -- where the minimal injector is
