@@ -77,6 +77,16 @@ def task_of(source: str) -> TestbedTask:
     return importlib.import_module(TASK_MODULES[source]).TASK
 
 
+def written_check(task: TestbedTask, question: str, answer: Any, *, knob: str, value: str, instead: str,
+                  copies: bool = True) -> str:
+    """The task's worked check of `answer`, for a target whose format `knob` = `value` writes one; refuses a task
+    without a check, naming the knob and its value without one (`instead`)."""
+    if task.check_text is None:
+        raise ValueError(f"{knob}={value!r} needs a task with a worked check; {task.source} has none "
+                         f"(use {knob}={instead!r})")
+    return task.check_text(question, answer, copies=copies)
+
+
 def verify_target(task: TestbedTask, question: str, text: str, verify_format: str = "verdict") -> str:
     """The verify row's target: the verdict alone ("verdict", METHODS §2), or the task's worked check of the
     answer, a line break and the verdict ("worked_check", each check line copying what it compares; "mark_check",
@@ -86,10 +96,9 @@ def verify_target(task: TestbedTask, question: str, text: str, verify_format: st
         return verdict
     if verify_format not in CHECK_FORMATS:
         raise ValueError(f"verify_format={verify_format!r} is unknown; use {' | '.join(VERIFY_FORMATS)}")
-    if task.check_text is None:
-        raise ValueError(f"verify_format={verify_format!r} needs a task with a worked check; {task.source} has "
-                         "none (use verify_format='verdict')")
-    return f"{task.check_text(question, task.parse(text), copies=verify_format == 'worked_check')}\n{verdict}"
+    lines = written_check(task, question, task.parse(text), knob="verify_format", value=verify_format,
+                          instead="verdict", copies=verify_format == "worked_check")
+    return f"{lines}\n{verdict}"
 
 
 def critique_target(task: TestbedTask, question: str, answer: Any, kind: Optional[str],
@@ -102,18 +111,16 @@ def critique_target(task: TestbedTask, question: str, answer: Any, kind: Optiona
         return fields
     if critique_format not in CRITIQUE_FORMATS:
         raise ValueError(f"critique_format={critique_format!r} is unknown; use {' | '.join(CRITIQUE_FORMATS)}")
-    if task.check_text is None:
-        raise ValueError(f"critique_format={critique_format!r} needs a task with a worked check; {task.source} has "
-                         "none (use critique_format='fields')")
-    return f"{task.check_text(question, answer)}\n{fields}"
+    check_lines = written_check(task, question, answer, knob="critique_format", value=critique_format,
+                                instead="fields")
+    return f"{check_lines}\n{fields}"
 
 
 def critique_check(task: TestbedTask, question: str, text: str) -> str:
     """The worked check a "worked_check" critique of the completion `text` opens with (CURE forces it, with the
     verdict after it, as the start of the critique it trains)."""
-    if task.check_text is None:
-        raise ValueError(f"critique_check: {task.source} has no worked check (use critique_format='fields')")
-    return task.check_text(question, task.parse(text))
+    return written_check(task, question, task.parse(text), knob="critique_format", value="worked_check",
+                         instead="fields")
 
 
 INJECT_EXTENTS = ("minimal", "spread")
