@@ -15,11 +15,13 @@ Strategies that spend tokens differently each take a flag and add a section of r
 mean generated per question, cumulative over rounds) to the same JSON, table and plot:
   --refine-rounds R                CURE self-refinement from each question's first pool sample: per-round
                                    accuracy, tokens, verdict P/R/F1 (wrong = positive), well-formed critiques,
-                                   majority voting at the same tokens
+                                   majority voting at the same tokens (--critique-format worked_check: the
+                                   critique opens with the task's check)
   --length-budgets B1,B2 --tau T   confidence-based length selection (fresh N samples per budget)
   --budget-forcing K1,K2           budget forcing at total budgets K (buffer --forcing-buffer)
   --correction-rounds R            CIPO self-correction of the model's own greedy attempts: per-round accuracy,
-                                   fix / break rates, tokens
+                                   fix / break rates, tokens (--correction-format worked_check: the correction
+                                   opens with the task's check of the attempt)
   --debug-bench SPEC               DebugBench-style repair: each problem's buggy program is the attempt, the
                                    fixes run in the code sandbox (R = --correction-rounds, at least 1); SPEC is
                                    generated:COUNT[:SEED] (function tasks broken by one AST mutation, checked to
@@ -52,7 +54,7 @@ from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
-from jaxrl_reason.data.prompts import CRITIQUE_FORMATS, GUIDED_LAYOUTS  # noqa: E402
+from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS, GUIDED_LAYOUTS  # noqa: E402
 from jaxrl_reason.data.testbed import TASK_MODULES as TESTBED_TASKS  # noqa: E402
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate  # noqa: E402
 
@@ -391,6 +393,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--correction-rounds", type=int, default=0,
                    help="CIPO self-correction rounds on the model's own greedy attempts: the share of wrong attempts "
                         "fixed and right ones broken per round, with tokens (0 = off); also --debug-bench's rounds")
+    p.add_argument("--correction-format", default="solution", choices=CORRECTION_FORMATS,
+                   help="what the correction prompt asks for: solution (the paper's) | worked_check (the task's check "
+                        "of the attempt first; give --correction-max-new-tokens room for it); a run's "
+                        "data.correction_format")
+    p.add_argument("--correction-max-new-tokens", type=int,
+                   help="budget of a correction (default: --max-new-tokens)")
     p.add_argument("--debug-bench", metavar="SPEC",
                    help="DebugBench-style repair of buggy programs, checked in the code sandbox: "
                         "generated:COUNT[:SEED] (function tasks with one AST mutation each) or a JSONL of "
@@ -518,7 +526,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=args.correction_rounds,
                                                     reward_fn=reward_fn,
                                                     max_new_tokens=args.max_new_tokens, seed=args.seed,
-                                                    batch_size=args.batch_size)
+                                                    batch_size=args.batch_size,
+                                                    correction_format=args.correction_format,
+                                                    correction_max_new_tokens=args.correction_max_new_tokens)
     if problems is not None:
         from jaxrl_reason.inference.correction import evaluate_debug_bench
 

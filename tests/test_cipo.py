@@ -395,3 +395,34 @@ def test_evaluate_correction_runs_a_model_end_to_end(tokenizer, model):
     assert np.shape(s["correct"]) == (3, 3)
     for t in range(3):
         assert np.mean(s["correct"][t]) == pytest.approx(s[f"correct/round{t}/accuracy"])
+
+
+def test_worked_check_corrections_ask_for_the_check_first(tokenizer):
+    """data.correction_format='worked_check': the replay prompt (training) and the test-time correction prompt ask
+    for a line-by-line check of the attempt before the corrected solution; the attempt is still verbatim."""
+    from jaxrl_reason.inference.correction import self_correct
+
+    ask = "First check the attempt, one line per constraint"
+    assert ask in replay_correction_prompt("Q?", "a", correction_format="worked_check")
+    assert ask not in replay_correction_prompt("Q?", "a")
+    with pytest.raises(ValueError, match="correction_format='checked' is unknown"):
+        replay_correction_prompt("Q?", "a", correction_format="checked")
+    method = CIPO(correction_samples=4, rho_init=0.5, alpha=2.0, **{k: v for k, v in RULE.items()
+                                                                    if k != "rho_step"})
+    ro, sampler = make_rollouts(tokenizer), ScriptedSampler(tokenizer)
+    ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id,
+                  correction_format="worked_check")
+    method.build(ro, ctx)
+    assert len(sampler.prompts) == 4 and all(ask in p for p in sampler.prompts)
+    for p in sampler.prompts:
+        assert p.split("earlier attempt at this problem:\n", 1)[1].split("\n\nReview", 1)[0] in set(ro.texts)
+    seen = []
+
+    def generate(prompts, *, max_new_tokens):
+        seen.extend(tokenizer.decode(p) for p in prompts)
+        return [tokenizer.encode("fixed RIGHT")[:max_new_tokens] for _ in prompts]
+
+    ex = arithmetic_examples(2, seed=5, config=ARITH)
+    res = self_correct(generate, tokenizer, ex, ["a WRONG", "a RIGHT"], reward, rounds=1, max_new_tokens=16,
+                       correction_format="worked_check")
+    assert len(seen) == 2 and all(ask in t for t in seen) and res.summary()["correct/round1/fix_rate"] == 1.0

@@ -212,8 +212,10 @@ def test_cli_correction_rounds(tiny_checkpoint, tmp_path):
     cli = load_cli()
     model_dir, out = str(tiny_checkpoint / "model"), tmp_path / "eval_correction"
     cli.main(["--model", model_dir, "--data", str(tiny_checkpoint / "data.jsonl"), "--n", "2", "--max-new-tokens",
-              "6", "--out", str(out), "--num-subsets", "10", "--no-progress", "--correction-rounds", "2"])
+              "6", "--out", str(out), "--num-subsets", "10", "--no-progress", "--correction-rounds", "2",
+              "--correction-format", "worked_check", "--correction-max-new-tokens", "6"])
     c = json.loads((out / "results.json").read_text())["correction"]
+    assert c["correction_format"] == "worked_check"
     for t in (1, 2):
         assert 0.0 <= c[f"correct/round{t}/accuracy"] <= 1.0
         assert f"correct/round{t}/fix_rate" in c and f"correct/round{t}/break_rate" in c

@@ -756,6 +756,34 @@ def test_worked_check_critiques_open_with_the_checkers_check_then_parse_with_eve
         testbed.critique_target(testbed.task_of("graph_path"), "q", None, None, "worked_check")
 
 
+def test_worked_check_corrections_open_with_the_check_of_the_attempt_then_its_solution():
+    """data.correction_format='worked_check': contrast pairs, auxiliary rows and own-attempt rows pose the
+    correction prompt that asks for the check first; the target is the task's check of the attempt under review,
+    then the worked solution (a kept right attempt: the attempt itself), and that solution passes the checker."""
+    from jaxrl_reason.data import testbed
+    from jaxrl_reason.data.prompts import correction_prompt
+
+    task = testbed.task_of("latin_square")
+    examples = ls.latin_square_examples(8, seed=3)
+    pairs = testbed.check_pairs(task, examples, seed=0, rows_as="correction")
+    verify = testbed.check_pairs(task, examples, seed=0)
+    assert [r.meta["solution"] for r in pairs] == [r.meta["solution"] for r in verify]
+    aux = testbed.auxiliary_rows(task, examples, verify=0, critique=0, correct=4, seed=0,
+                                 correction_format="worked_check")
+    attempts = [(e, r.meta["solution"]) for e, r in zip([e for e in examples for _ in (0, 1)], verify)]
+    own = testbed.own_attempt_rows(task, attempts, critique=False, correct=True, seed=0, keep_share=1.0,
+                                   correction_format="worked_check")
+    assert len(pairs) == 16 and len(aux) == 4 and len(own) == 16
+    for r in pairs + aux + own:
+        q = r.question.split("\n\nHere is an earlier attempt")[0]
+        attempt = r.question.split("earlier attempt at this problem:\n")[1].split("\n\nReview")[0]
+        assert r.question == correction_prompt(q, attempt, "worked_check")
+        check_lines, solution = r.solution.rsplit("\n", 1)
+        assert check_lines == ls.check_text(q, ls.TASK.parse(attempt)) and ls.check(q, solution)
+    with pytest.raises(ValueError, match="correction_format='worked_check' needs a task with a worked check"):
+        testbed.correction_target(testbed.task_of("graph_path"), "q", None, "s", "worked_check")
+
+
 def _check_cfg(tmp_path, **sft):
     knobs = dict(aux_verify_share=0.0, verify_steps=0, check_steps=60, check_questions=20, check_batch_size=8,
                  check_lr=3e-3)
@@ -805,6 +833,10 @@ def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alon
     ({"check_rows": "verdict"}, {}, "check_rows='verdict' is unknown"),
     ({"check_rows": "critique"}, {}, "check_rows='critique' teaches critiques that open with the check"),
     ({}, {"critique_format": "checked"}, "critique_format='checked' is unknown"),
+    ({}, {"correction_format": "checked"}, "correction_format='checked' is unknown"),
+    ({"check_rows": "correction"}, {}, "check_rows='correction' teaches corrections that open with the check"),
+    ({"check_steps": 0}, {"correction_format": "worked_check", "source": "graph_path", "verify_format": "verdict"},
+     "correction_format='worked_check' needs a task"),
     ({"check_steps": 0}, {"critique_format": "worked_check", "source": "graph_path", "verify_format": "verdict"},
      "critique_format='worked_check' needs a task"),
 ])
@@ -818,17 +850,21 @@ def test_check_warmup_is_refused_at_start_up_when_it_cannot_run(tmp_path, change
         start(c)
 
 
-def test_check_warmup_of_critiques_trains_the_check_under_the_critique_prompt(tmp_path):
+@pytest.mark.parametrize("rows_as", ["critique", "correction"])
+def test_check_warmup_of_critiques_trains_the_check_under_the_critique_prompt(tmp_path, rows_as):
     """sft.check_rows='critique' (data.critique_format='worked_check'): the same pairs as critiques that open with
-    the check; held-out accuracy is read from the verdict the greedy critique writes after its check. With
-    sft.pack the SFT and the stage train on packed rows."""
+    the check; held-out accuracy is read from the verdict the greedy critique writes after its check. 'correction'
+    (data.correction_format='worked_check'): corrections that open with the check of the attempt, held-out accuracy
+    the right attempts kept and the wrong ones corrected. With sft.pack the SFT and the stage train on packed
+    rows."""
     from jaxrl_reason.experiment.data import build_data, critique_check_fn
     from jaxrl_reason.experiment.model import build_tokenizer
     from jaxrl_reason.experiment.pipeline import start
     from jaxrl_reason.experiment.warmup import warmed_up_policy
 
-    c = _check_cfg(tmp_path, check_rows="critique", check_steps=30, pack=True)
-    c.data.verify_format, c.data.critique_format = "verdict", "worked_check"
+    c = _check_cfg(tmp_path, check_rows=rows_as, check_steps=30, pack=True)
+    c.data.verify_format = "verdict"
+    setattr(c.data, f"{rows_as}_format", "worked_check")
     rc, _ = start(c)
     task = build_data(rc.data, rc.seed)
     tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
@@ -837,11 +873,13 @@ def test_check_warmup_of_critiques_trains_the_check_under_the_critique_prompt(tm
     assert (r["rows"], r["heldout_rows"], r["solve_rows"]) == (36, 4, 36)
     assert r["last_nll"] < r["first_nll"]
     for k in ("before", "after"):
-        assert r[k]["rows"] == 4 and 0.0 <= r[k]["balanced_acc"] <= 1.0 and 0.0 <= r[k]["parsed"] <= 1.0
-    # the trainer's forced start of a critique is the same check
-    e = task.train[0]
-    assert critique_check_fn(rc.data)(e.question, e.solution) == ls.check_text(e.question, ls.TASK.parse(e.solution))
-    assert critique_check_fn(dataclasses.replace(rc.data, critique_format="fields")) is None
+        assert r[k]["rows"] == 4 and 0.0 <= r[k]["balanced_acc"] <= 1.0
+        assert rows_as == "correction" or 0.0 <= r[k]["parsed"] <= 1.0
+    if rows_as == "critique":  # the trainer's forced start of a critique is the same check
+        e = task.train[0]
+        check = ls.check_text(e.question, ls.TASK.parse(e.solution))
+        assert critique_check_fn(rc.data)(e.question, e.solution) == check
+        assert critique_check_fn(dataclasses.replace(rc.data, critique_format="fields")) is None
 
 
 def test_the_worked_check_preset_starts_with_its_stage():
@@ -897,6 +935,27 @@ def test_cure_with_the_worked_check_trains_end_to_end(tmp_path):
         # every critique row trains its forced check (the shortest: an unreadable grid's) and verdict beside its
         # generated rest
         assert r["critique/tokens"] >= n * (r["critique/length_mean"] + shortest_head)
+
+
+def test_the_worked_check_cipo_preset_starts_and_refuses_a_correction_budget_that_cuts_the_check(tmp_path):
+    from jaxrl_reason.configs.testbed_latin_cipo_check import get_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import check_correction_budget, start
+    from jaxrl_reason.methods import make_method
+
+    c = get_config()
+    c.data.train_size, c.data.heldout_size = 200, 8
+    rc, method = start(c)
+    assert (rc.data.correction_format, rc.sft.check_rows, rc.sft.check_steps) == ("worked_check", "correction", 1500)
+    assert type(method).__name__ == "CIPO" and rc.sft.pack and rc.model.hidden_size == 256
+    task = build_data(rc.data, rc.seed)
+    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
+    check_correction_budget(rc, method, tok, task)  # 192 tokens hold a check and a grid
+    short = make_method(dataclasses.replace(rc.method, extra={**dict(rc.method.extra),
+                                                               "correction_max_new_tokens": 0}))
+    with pytest.raises(ValueError, match="correction_max_new_tokens=32 .* is shorter than a latin_square correction"):
+        check_correction_budget(rc, short, tok, task)
 
 
 def test_spread_injector_writes_wrong_grids_shaped_like_the_policys_own():

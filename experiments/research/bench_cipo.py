@@ -60,13 +60,17 @@ def resample_reference(attempt_correct, sample_correct) -> dict:
     return {"fix": mean(acc[~a]), "break": mean(1.0 - acc[a])}
 
 
-def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, answer_instruction: str, progress: bool) -> dict:
+def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, answer_instruction: str, progress: bool,
+                 correction_tokens: int = 0) -> dict:
     """pass@1 from N samples per question, `rounds` rounds of correcting the model's own greedy attempt, and the
     resample reference of those attempts (`resample_reference`, from the same N samples)."""
     from jaxrl_reason.inference.correction import evaluate_correction
     from jaxrl_reason.inference.test_time import evaluate
 
     key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps, "resample": True}
+    fmt = cfg.data.correction_format
+    if fmt != "solution":  # keeps the cache keys of earlier evaluations
+        key.update(correction_format=fmt, correction_tokens=correction_tokens)
     cached = cached_eval(cfg, key)
     if cached is not None:
         return cached
@@ -75,7 +79,8 @@ def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, answer_instruction
                     seed=cfg.seed, reward_fn=task.reward_fn, progress=progress)
     correction = evaluate_correction(model, tok, examples, rounds=rounds, reward_fn=task.reward_fn,
                                      prompt_fn=task.prompt_fn, answer_instruction=answer_instruction,
-                                     max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed)
+                                     max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed, correction_format=fmt,
+                                     correction_max_new_tokens=correction_tokens or None)
     resample = resample_reference(correction["correct"][0], [r["correct"] for r in pool["samples"]])
     return save_eval(cfg, {"key": key, "pass1": pool["sample_accuracy"], "correction": correction,
                            "resample": resample, "train_tokens": token_curve(cfg.workdir)["total_tokens"]})
@@ -121,6 +126,8 @@ def main(argv=None):
         raise SystemExit(f"--config {args.config}: method.name must be 'cipo'")
     # Both arms correct with the CIPO run's answer format at test time (the GRPO arm's method knobs are dropped).
     answer_instruction = str(base.method.extra.answer_instruction)
+    # and with its correction budget (0 = the solve budget, rl.max_new_tokens)
+    correction_tokens = int(base.method.extra.correction_max_new_tokens)
 
     from absl import logging
     logging.set_verbosity(logging.WARNING)
@@ -137,7 +144,8 @@ def main(argv=None):
         for arm, cfg in cfgs.items():
             print(f"== seed {seed} {arm}: evaluating", flush=True)
             evals[arm] = evaluate_arm(cfg, questions=args.questions, n=args.n, rounds=args.rounds,
-                                      answer_instruction=answer_instruction, progress=not args.no_progress)
+                                      answer_instruction=answer_instruction, progress=not args.no_progress,
+                                      correction_tokens=correction_tokens)
         per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cipo"])}
 
     lines = ["| seed | arm | pass@1 | greedy attempt acc | "

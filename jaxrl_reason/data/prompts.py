@@ -255,23 +255,36 @@ def critique_format_penalty(critique: Critique, *, missing: float = -0.5, short_
 # ----------------------------------------------------------------------------------------------------------------
 # CIPO: correction (METHODS §4)
 # ----------------------------------------------------------------------------------------------------------------
-def correction_prompt(question: str, attempt: str) -> str:
+def correction_prompt(question: str, attempt: str, correction_format: str = "solution") -> str:
     """The query, an earlier attempt (correct or not — the prompt does not say), and an instruction to review it
     and write a corrected complete solution: `replay_correction_prompt` with the boxed-answer instruction."""
-    return replay_correction_prompt(question, attempt)
+    return replay_correction_prompt(question, attempt, correction_format=correction_format)
 
 
-def replay_correction_prompt(question: str, attempt: str, answer_instruction: str = SOLVE_INSTRUCTION) -> str:
+# What a correction's reply holds [choice] (docs/methods/cipo.md): "solution" is the paper's -- the corrected
+# complete solution; "worked_check" (testbed tasks with a written check) opens it with the task's check of the
+# earlier attempt, so the rewrite follows the marks the corrector just wrote.
+CORRECTION_FORMATS = ("solution", "worked_check")
+
+
+def replay_correction_prompt(question: str, attempt: str, answer_instruction: str = SOLVE_INSTRUCTION,
+                             correction_format: str = "solution") -> str:
     """CIPO's replay prompt for any task: the query, the policy's earlier attempt verbatim (surrounding whitespace
     stripped), the review-and-correct instruction, then `answer_instruction`, the task's own answer format
-    (math: SOLVE_INSTRUCTION, the default, which makes this exactly `correction_prompt`; code: CODE_INSTRUCTION)."""
+    (math: SOLVE_INSTRUCTION, the default, which makes this exactly `correction_prompt`; code: CODE_INSTRUCTION).
+    With `correction_format="worked_check"` the instruction asks for a line-by-line check of the attempt first."""
     q = _text(question, "question", "replay_correction_prompt")
     a = _text(attempt, "attempt", "replay_correction_prompt", model_output=True)
     fmt = _text(answer_instruction, "answer_instruction", "replay_correction_prompt")
+    if correction_format not in CORRECTION_FORMATS:
+        raise ValueError(f"replay_correction_prompt: correction_format={correction_format!r} is unknown; use "
+                         f"{' | '.join(CORRECTION_FORMATS)}")
+    check = ("First check the attempt, one line per constraint, each marked ok or naming what fails. "
+             if correction_format == "worked_check" else "")
     return (
         f"{q}\n\n"
         f"Here is an earlier attempt at this problem:\n{a}\n\n"
-        "Review the attempt carefully; it may be correct or it may contain errors. Then write a corrected, "
+        f"Review the attempt carefully; it may be correct or it may contain errors. {check}Then write a corrected, "
         f"complete solution. {fmt}"
     )
 

@@ -12,8 +12,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from jaxrl_reason.data.datasets import Example
-from jaxrl_reason.data.prompts import (CRITIQUE_FORMATS, VERIFY_NO, VERIFY_YES, correction_prompt, critique_prompt,
-                                       guided_prompt, parse_critique, verify_prompt)
+from jaxrl_reason.data.prompts import (CORRECTION_FORMATS, CRITIQUE_FORMATS, VERIFY_NO, VERIFY_YES, correction_prompt,
+                                       critique_prompt, guided_prompt, parse_critique, verify_prompt)
 from jaxrl_reason.rewards.base import RewardResult
 
 
@@ -116,6 +116,20 @@ def critique_target(task: TestbedTask, question: str, answer: Any, kind: Optiona
     return f"{check_lines}\n{fields}"
 
 
+def correction_target(task: TestbedTask, question: str, attempt: Any, solution: str,
+                      correction_format: str = "solution") -> str:
+    """A correction row's target: the solution it should end with ("solution", METHODS §4), or the task's worked
+    check of the earlier attempt (the parsed `attempt`), a line break and that solution ("worked_check",
+    [choice], docs/methods/cipo.md)."""
+    if correction_format == "solution":
+        return solution
+    if correction_format not in CORRECTION_FORMATS:
+        raise ValueError(f"correction_format={correction_format!r} is unknown; use {' | '.join(CORRECTION_FORMATS)}")
+    check_lines = written_check(task, question, attempt, knob="correction_format", value=correction_format,
+                                instead="solution")
+    return f"{check_lines}\n{solution}"
+
+
 def critique_check(task: TestbedTask, question: str, text: str) -> str:
     """The worked check a "worked_check" critique of the completion `text` opens with (CURE forces it, with the
     verdict after it, as the start of the critique it trains)."""
@@ -159,7 +173,8 @@ def bound(task: TestbedTask) -> tuple:
 
 def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,
                    seed: int, verify_format: str = "verdict", inject_extent: str = "minimal",
-                   guided: int = 0, guided_layout: str = "after", critique_format: str = "fields") -> list[Example]:
+                   guided: int = 0, guided_layout: str = "after", critique_format: str = "fields",
+                   correction_format: str = "solution") -> list[Example]:
     """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
     whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
     `critique` CURE critiques (half of wrong solutions, half of right ones), `correct` CIPO corrections (a
@@ -167,7 +182,7 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     critique of a wrong attempt, the attempt not shown -> the worked solution). Examples are cycled when a count
     exceeds them. `verify_format` as in `verify_target`; the wrong solutions are
     `injected_wrong(..., extent=inject_extent)`; `guided_layout` as in `prompts.guided_prompt`; `critique_format`
-    as in `critique_target`."""
+    as in `critique_target`, `correction_format` as in `correction_target`."""
     if min(verify, critique, correct, guided) < 0:
         raise ValueError("auxiliary_rows: counts must be >= 0")
     if not examples and verify + critique + correct + guided:
@@ -190,8 +205,9 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     for i in range(correct):
         e = pick(verify + critique + i)
         a, _ = injected_wrong(task, e, rng, inject_extent)
-        rows.append(Example(correction_prompt(e.question, task.solution_text(a)), e.answer, f"{e.id}/correct{i}",
-                            e.solution, meta("correct", question=e.question)))
+        rows.append(Example(correction_prompt(e.question, task.solution_text(a), correction_format), e.answer,
+                            f"{e.id}/correct{i}", correction_target(task, e.question, a, e.solution, correction_format),
+                            meta("correct", question=e.question)))
     for i in range(guided):
         e = pick(verify + critique + correct + i)
         a, kind = injected_wrong(task, e, rng, inject_extent)
@@ -201,7 +217,7 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     return rows
 
 
-CHECK_ROWS = ("verify", "critique")  # the prompt a contrast pair's check is written under (check_pairs)
+CHECK_ROWS = ("verify", "critique", "correction")  # the prompt a contrast pair's check is written under
 
 
 def check_pairs(task: TestbedTask, examples: Sequence[Example], *, seed: int, verify_format: str = "worked_check",
@@ -210,7 +226,9 @@ def check_pairs(task: TestbedTask, examples: Sequence[Example], *, seed: int, ve
     wrong one drawn in the policy's measured error mix (`injected_wrong`). Within a pair the question predicts
     nothing, so the verdict has to come from reading the solution; the check-warm-up's rows
     (`train.check_warmup`). `rows_as` "verify": verify rows (`verify_target` in `verify_format`); "critique":
-    critique rows in the "worked_check" critique format (`critique_target`: the check, then the four fields)."""
+    critique rows in the "worked_check" critique format (`critique_target`: the check, then the four fields);
+    "correction": correction rows in the "worked_check" correction format (`correction_target`: the check of the
+    attempt, then the worked solution -- the right attempt kept, the wrong one corrected)."""
     if rows_as not in CHECK_ROWS:
         raise ValueError(f"check_pairs: rows_as={rows_as!r} is unknown; use {' | '.join(CHECK_ROWS)}")
     if rows_as == "verify" and verify_format not in CHECK_FORMATS:
@@ -226,6 +244,10 @@ def check_pairs(task: TestbedTask, examples: Sequence[Example], *, seed: int, ve
             if rows_as == "verify":
                 rows.append(Example(verify_prompt(e.question, sol), "", f"{e.id}/check_{tag}",
                                     verify_target(task, e.question, sol, verify_format), meta))
+            elif rows_as == "correction":
+                rows.append(Example(correction_prompt(e.question, sol, "worked_check"), e.answer,
+                                    f"{e.id}/check_{tag}",
+                                    correction_target(task, e.question, answer, e.solution, "worked_check"), meta))
             else:
                 rows.append(Example(critique_prompt(e.question, sol, "worked_check"), "", f"{e.id}/check_{tag}",
                                     critique_target(task, e.question, answer, k, "worked_check"), meta))
@@ -254,7 +276,8 @@ def longest_critique(task: TestbedTask, examples: Sequence[Example], count_token
 
 def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]], *, critique: bool, correct: bool,
                      seed: int, keep_share: float = 0.0, guided: bool = False,
-                     guided_layout: str = "after", critique_format: str = "fields") -> list[Example]:
+                     guided_layout: str = "after", critique_format: str = "fields",
+                     correction_format: str = "solution") -> list[Example]:
     """Warm-up rows from the policy's *own* attempts (`(example, generated text)`, graded here by the task's
     checker), in the layout of `auxiliary_rows`: for `correct`, one CIPO correction per distinct wrong attempt
     (the attempt verbatim, as CIPO's replay prompt holds it -> the worked solution); for `critique`, one CURE
@@ -265,7 +288,7 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
     rows never show); for `guided`, one CURE guided re-solve per critiqued wrong attempt (the problem and that
     critique's hint, the attempt not shown -> the worked solution). Injected wrong answers are easier to fix than the
     policy's own (docs/results/cipo_testbed.md); these rows teach the formats on the errors RL and test time will
-    show them. `critique_format` as in `critique_target`."""
+    show them. `critique_format` as in `critique_target`, `correction_format` as in `correction_target`."""
     if not (critique or correct or guided):
         raise ValueError("own_attempt_rows: ask for critique, correct and/or guided rows")
     meta = lambda fmt, **kw: {"source": task.source, "format": fmt, "attempt": "own", **kw}  # noqa: E731
@@ -279,16 +302,19 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
         (right if kind is None else wrong).append((e, text, answer, kind))
     rows = []
     if correct:
-        for i, (e, text, _, _) in enumerate(wrong):
+        for i, (e, text, answer, _) in enumerate(wrong):
             if not e.solution:
                 raise ValueError(f"own_attempt_rows: a correction row needs the worked solution; example {e.id!r} "
                                  "has none")
-            rows.append(Example(correction_prompt(e.question, text), e.answer, f"{e.id}/own_correct{i}", e.solution,
+            rows.append(Example(correction_prompt(e.question, text, correction_format), e.answer,
+                                f"{e.id}/own_correct{i}",
+                                correction_target(task, e.question, answer, e.solution, correction_format),
                                 meta("correct", question=e.question)))
         n_keep = min(len(right), int(round(keep_share * len(wrong))))
         for i in sorted(np.random.default_rng(seed + 1).permutation(len(right))[:n_keep]):
-            e, text = right[i][:2]
-            rows.append(Example(correction_prompt(e.question, text), e.answer, f"{e.id}/own_keep{i}", text,
+            e, text, answer = right[i][:3]
+            rows.append(Example(correction_prompt(e.question, text, correction_format), e.answer, f"{e.id}/own_keep{i}",
+                                correction_target(task, e.question, answer, text, correction_format),
                                 meta("correct", question=e.question, source_right=True)))
     flawed = [w for w in wrong if w[3] in task.inject_weights]
     if guided:

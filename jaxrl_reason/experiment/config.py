@@ -80,6 +80,9 @@ class DataSection:
     # what a CURE critique writes: fields (the four fields, the verdict first, METHODS §3) | worked_check (the task's
     # check lines first, then the fields; testbed tasks with a check, docs/methods/cure.md)
     critique_format: str = "fields"
+    # what a CIPO correction writes: solution (the corrected solution, METHODS §4) | worked_check (the task's check
+    # of the earlier attempt first, then the solution; testbed tasks with a check, docs/methods/cipo.md)
+    correction_format: str = "solution"
     # testbed warm-up rows' wrong solutions: minimal (one error of a measured kind, 1-2 positions) | spread (off in
     # as many positions as the policy's own wrong answers; latin_square), docs/methods/testbed.md
     inject_extent: str = "minimal"
@@ -118,7 +121,8 @@ class SftSection:
     check_lr: float = 1e-3  # its learning rate (cosine schedule)
     check_solve_share: float = 1.0  # worked solutions mixed in per check row (keeps the solving skill)
     # the prompt the pairs' checks are written under: verify (data.verify_format) | critique (CURE's critique in
-    # data.critique_format worked_check: the check, then the four fields)
+    # data.critique_format worked_check: the check, then the four fields) | correction (CIPO's correction in
+    # data.correction_format worked_check: the check of the attempt, then the worked solution)
     check_rows: str = "verify"
     # Auxiliary formats mixed into the SFT warm-up (sources with AUX_FORMATS, e.g. graph_path), each as a share
     # of the sft.examples worked solutions: a from-scratch model has never seen these prompts (docs/methods/testbed.md)

@@ -50,6 +50,29 @@ def check_critique_budget(rc, method, tokenizer, task) -> None:
                          "BPE on the critique rows (tokenizer.aux_corpus=True) to shorten them")
 
 
+def check_correction_budget(rc, method, tokenizer, task) -> None:
+    """Fails before any training when a CIPO run whose corrections open with the worked check
+    (data.correction_format "worked_check") gives a correction fewer new tokens than a check and a worked solution
+    take under this tokenizer: every correction would be cut before its answer and score 0."""
+    import numpy as np
+
+    from jaxrl_reason.data.testbed import correction_target, injected_wrong, task_of
+
+    budget = getattr(method, "correction_max_new_tokens", None)
+    if budget is None or rc.data.correction_format == "solution":
+        return
+    budget = budget or rc.rl.max_new_tokens
+    tb, rng = task_of(rc.data.source), np.random.default_rng(rc.seed)
+    need = max((len(tokenizer.encode(correction_target(tb, e.question, injected_wrong(tb, e, rng)[0], e.solution,
+                                                       rc.data.correction_format))) for e in task.train[:32]),
+               default=0)
+    if need > budget:
+        raise ValueError(f"config method.extra.correction_max_new_tokens={budget} (0 = rl.max_new_tokens) is shorter "
+                         f"than a {rc.data.source} correction that opens with the worked check under this tokenizer "
+                         f"(up to {need} tokens): such corrections would be cut before their answer; set it to at "
+                         f"least {need}")
+
+
 def check_solution_budget(rc, tokenizer, task) -> None:
     """Fails before any training when a testbed task's worked solutions take more tokens than the policy may
     generate (`rl.max_new_tokens`): every sample would be cut before its answer and score 0."""
@@ -94,6 +117,7 @@ def run(cfg) -> dict:
         write_jsonl(task.heldout, os.path.join(workdir, "heldout.jsonl"))
     print(f"data: {len(task.train)} train / {len(task.heldout)} held-out problems; vocab {tokenizer.vocab_size}")
     check_critique_budget(rc, method, tokenizer, task)
+    check_correction_budget(rc, method, tokenizer, task)
     check_solution_budget(rc, tokenizer, task)
 
     model, warmup_report = warmed_up_policy(rc, tokenizer, task, workdir, mesh)
@@ -113,7 +137,8 @@ def run(cfg) -> dict:
 
     trainer = Trainer(model, tokenizer, method, rl_train, task.reward_fn, rc.rl, workdir,
                       eval_examples=task.heldout, prompt_fn=task.prompt_fn, mesh=mesh,
-                      verify_target=verify_target_fn(rc.data), critique_check=critique_check_fn(rc.data))
+                      verify_target=verify_target_fn(rc.data), critique_check=critique_check_fn(rc.data),
+                      correction_format=rc.data.correction_format)
     t = time.time()
     trainer.run()
     results["rl_seconds"] = results.get("rl_seconds", 0.0) + time.time() - t

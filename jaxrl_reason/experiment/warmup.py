@@ -9,7 +9,7 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.data.prompts import CRITIQUE_FORMATS
+from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS
 from jaxrl_reason.data.testbed import (CHECK_FORMATS, CHECK_ROWS, INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows,
                                        own_attempt_rows, task_of)
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
@@ -115,13 +115,15 @@ def check_aux_formats(rc: RunConfig) -> None:
             raise ValueError(f"config data.verify_format={fmt!r} teaches the check through the SFT rows "
                              "(sft.aux_verify_share, sft.check_steps); the verification warm-up (sft.verify_steps) "
                              "trains the one-token verdict only: set sft.verify_steps=0")
-    cfmt = rc.data.critique_format
-    if cfmt not in CRITIQUE_FORMATS:
-        raise ValueError(f"config data.critique_format={cfmt!r} is unknown; use {' | '.join(CRITIQUE_FORMATS)}")
-    if cfmt != "fields" and (rc.data.source not in AUX_FORMATS or task_of(rc.data.source).check_text is None):
-        with_check = [s for s in AUX_FORMATS if task_of(s).check_text is not None]
-        raise ValueError(f"config data.critique_format={cfmt!r} needs a task that writes a worked check "
-                         f"({' | '.join(with_check)}), got data.source={rc.data.source!r}; use 'fields'")
+    for knob, known, plain in (("critique_format", CRITIQUE_FORMATS, "fields"),
+                               ("correction_format", CORRECTION_FORMATS, "solution")):
+        value = getattr(rc.data, knob)
+        if value not in known:
+            raise ValueError(f"config data.{knob}={value!r} is unknown; use {' | '.join(known)}")
+        if value != plain and (rc.data.source not in AUX_FORMATS or task_of(rc.data.source).check_text is None):
+            with_check = [s for s in AUX_FORMATS if task_of(s).check_text is not None]
+            raise ValueError(f"config data.{knob}={value!r} needs a task that writes a worked check "
+                             f"({' | '.join(with_check)}), got data.source={rc.data.source!r}; use {plain!r}")
 
 
 def check_check_warmup(rc: RunConfig) -> None:
@@ -135,9 +137,10 @@ def check_check_warmup(rc: RunConfig) -> None:
         raise ValueError(f"config sft.check_steps > 0 teaches a written check, but data.verify_format="
                          f"{rc.data.verify_format!r} has none; set data.verify_format to one of "
                          f"{' | '.join(CHECK_FORMATS)}, or sft.check_rows='critique', or sft.check_steps=0")
-    if s.check_rows == "critique" and rc.data.critique_format != "worked_check":
-        raise ValueError(f"config sft.check_rows='critique' teaches critiques that open with the check, but "
-                         f"data.critique_format={rc.data.critique_format!r}; set data.critique_format='worked_check'")
+    for rows, knob in (("critique", "critique_format"), ("correction", "correction_format")):
+        if s.check_rows == rows and getattr(rc.data, knob) != "worked_check":
+            raise ValueError(f"config sft.check_rows={rows!r} teaches {rows}s that open with the check, but "
+                             f"data.{knob}={getattr(rc.data, knob)!r}; set data.{knob}='worked_check'")
     if not 2 <= s.check_questions <= s.examples:
         raise ValueError(f"config sft.check_questions={s.check_questions} must be in [2, sft.examples={s.examples}]: "
                          "it trains on warm-up questions only (RL's are kept unseen) and holds one out at least")
@@ -211,7 +214,8 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
         return base, task.prompt_fn
     aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
                          inject_extent=rc.data.inject_extent, guided_layout=guided_layout(rc),
-                         critique_format=rc.data.critique_format, **counts)
+                         critique_format=rc.data.critique_format, correction_format=rc.data.correction_format,
+                         **counts)
     turns = frozenset(e.question for e in aux)
 
     def prompt_fn(question: str) -> str:
@@ -322,7 +326,7 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     attempts = list(zip([e for e in questions for _ in range(s.own_attempt_samples)], texts))
     rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, keep_share=s.own_attempt_keep_share,
                             guided_layout=guided_layout(rc), critique_format=rc.data.critique_format,
-                            **own_attempt_formats(rc))
+                            correction_format=rc.data.correction_format, **own_attempt_formats(rc))
     if not rows:
         raise ValueError(f"own-attempt warm-up: the policy's {len(texts)} attempts gave no row (all right, or no "
                          "critiquable error); sample more questions (sft.own_attempt_questions) or set "

@@ -78,9 +78,12 @@ def _scores(reward_fn, texts: Sequence[str], examples: Sequence) -> np.ndarray:
 
 def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Sequence[str], reward_fn, *,
                  rounds: int = 1, max_new_tokens: int = 512, answer_instruction: str = SOLVE_INSTRUCTION,
-                 attempt_correct: Optional[Sequence[bool]] = None) -> CorrectionResult:
+                 attempt_correct: Optional[Sequence[bool]] = None,
+                 correction_format: str = "solution") -> CorrectionResult:
     """Run `rounds` correction rounds from `attempts` (one per example, with `.question`); `reward_fn(texts,
-    examples) -> RewardResult`. `attempt_correct` gives round 0's correctness when known (else it is scored)."""
+    examples) -> RewardResult`. `attempt_correct` gives round 0's correctness when known (else it is scored).
+    `correction_format`: what the prompt asks for (`prompts.replay_correction_prompt`; a run's
+    data.correction_format)."""
     if len(attempts) != len(examples):
         raise ValueError(f"self_correct: {len(attempts)} attempts for {len(examples)} examples; give one each")
     if int(rounds) < 1:
@@ -93,7 +96,8 @@ def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Se
     correct, tokens = [first], [np.zeros(len(examples), np.int64)]
     for _ in range(int(rounds)):
         prompts = tokenizer.encode_ragged([tokenizer.render_prompt(
-            replay_correction_prompt(e.question, t, answer_instruction)) for e, t in zip(examples, texts)])
+            replay_correction_prompt(e.question, t, answer_instruction, correction_format))
+            for e, t in zip(examples, texts)])
         ids = generate(prompts, max_new_tokens=max_new_tokens)
         texts = [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
         correct.append(_scores(reward_fn, texts, examples))
@@ -121,22 +125,27 @@ def math_example_reward(texts: Sequence[str], examples: Sequence):
 def evaluate_correction(model, tokenizer, examples: Sequence, *, rounds: int = 1, reward_fn=math_example_reward,
                         prompt_fn: Callable[[str], str] = solve_prompt, answer_instruction: str = SOLVE_INSTRUCTION,
                         max_new_tokens: int = 1024, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                        seed: int = 0, batch_size: int = 8, params=None) -> dict:
+                        seed: int = 0, batch_size: int = 8, params=None, correction_format: str = "solution",
+                        correction_max_new_tokens: Optional[int] = None) -> dict:
     """The model's own attempts (one per example from `prompt_fn(question)`), then `rounds` correction rounds;
     the `CorrectionResult.summary()` dict plus the solve tokens per example (`correct/round0/tokens_per_example`)
     and "correct" ([R + 1][N] 0/1: each example's standing attempt after each round, for per-question analysis).
-    For an evaluation script: `results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=R)`."""
+    For an evaluation script: `results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=R)`.
+    correction_format / correction_max_new_tokens: the corrections' prompt (`self_correct`) and budget (default
+    `max_new_tokens`, the first attempts'; a correction that writes a check first needs room for it)."""
     generate = make_generate(model, tokenizer, params=params, temperature=temperature, top_p=top_p, top_k=top_k,
                              seed=seed, batch_size=batch_size)
     prompts = tokenizer.encode_ragged([tokenizer.render_prompt(prompt_fn(e.question)) for e in examples])
     ids = generate(prompts, max_new_tokens=max_new_tokens)
     attempts = [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
     res = self_correct(generate, tokenizer, examples, attempts, reward_fn, rounds=rounds,
-                       max_new_tokens=max_new_tokens, answer_instruction=answer_instruction)
+                       max_new_tokens=correction_max_new_tokens or max_new_tokens,
+                       answer_instruction=answer_instruction, correction_format=correction_format)
     out = res.summary()
     out["correct/round0/tokens_per_example"] = float(np.mean([len(x) for x in ids])) if len(ids) else 0.0
     out["rows"] = res.rows(round0_tokens=out["correct/round0/tokens_per_example"])
     out["correct"] = res.correct.astype(int).tolist()
+    out["correction_format"] = correction_format
     return out
 
 

@@ -80,6 +80,8 @@ class Context(NamedTuple):
     # (question, completion) -> the worked check a critique opens with, before its verdict (data.critique_format=
     # "worked_check"; CURE forces it with the verdict); None: the critique opens with its verdict (METHODS §3)
     critique_check: Optional[Callable[[str, str], str]] = None
+    # what a correction prompt asks for (data.correction_format): "solution" | "worked_check" (the check first)
+    correction_format: str = "solution"
 
 
 class Method(Protocol):

@@ -244,10 +244,11 @@ class CIPO(GRPO):
             return group_advantages(shaped, self.estimator, **self.estimator_kwargs)
         return group_advantages(shaped, self.correction_estimator)
 
-    def replay_prompt_texts(self, rollouts: Rollouts, sources: np.ndarray) -> list:
+    def replay_prompt_texts(self, rollouts: Rollouts, sources: np.ndarray,
+                            correction_format: str = "solution") -> list:
         g = rollouts.group_size
         return [replay_correction_prompt(rollouts.examples[r // g].question, rollouts.texts[r],
-                                         self.answer_instruction) for r in sources]
+                                         self.answer_instruction, correction_format) for r in sources]
 
     def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
         base, metrics = super().build(rollouts, ctx)
@@ -260,7 +261,8 @@ class CIPO(GRPO):
         if not len(sources):
             return base, metrics
         source_ok = ro.rewards.reshape(-1)[sources] > 0.5
-        prompts = tok.encode_ragged([tok.render_prompt(t) for t in self.replay_prompt_texts(ro, sources)])
+        texts = self.replay_prompt_texts(ro, sources, ctx.correction_format)
+        prompts = tok.encode_ragged([tok.render_prompt(t) for t in texts])
         kw = {"max_new_tokens": self.correction_max_new_tokens} if self.correction_max_new_tokens else {}
         corr = generate_rollouts(ctx.sample, tok, prompts, [ro.examples[r // g] for r in sources],
                                  num_samples=self.correction_samples, reward=ctx.reward, **kw)

@@ -10,7 +10,9 @@ policy it is what took the verifier on the policy's own samples to within-questi
 
 With `rows_as="critique"` the pairs are CURE critiques that open with the check (data.critique_format
 "worked_check": the check, then the four fields, the verdict first among them), so the critic's verdict reads the
-marks it wrote -- the same skill, under the prompt CURE trains and self-refinement asks.
+marks it wrote -- the same skill, under the prompt CURE trains and self-refinement asks. With
+`rows_as="correction"` they are CIPO corrections that open with the check of the attempt (data.correction_format
+"worked_check"), then the worked solution: the right attempt kept, the wrong one corrected.
 
 The held-out slice is the pairs of the first 10% of the questions (at most 100), never trained on; the verifier's
 balanced accuracy on it, read after the check it writes (for critiques: the verdict the greedy critique writes),
@@ -24,7 +26,7 @@ import numpy as np
 
 from jaxrl_reason.data.datasets import Example
 from jaxrl_reason.data.prompts import VERIFY_YES, critique_verdict_prefix, parse_critique, solve_prompt
-from jaxrl_reason.data.testbed import TestbedTask, check_pairs
+from jaxrl_reason.data.testbed import TestbedTask, check, check_pairs
 from jaxrl_reason.inference.verifier import verifier_accuracy
 from jaxrl_reason.train.metrics import MetricsWriter
 from jaxrl_reason.train.trainer import sft_train
@@ -62,11 +64,33 @@ def critique_verdict_accuracy(model, tokenizer, rows: Sequence[Example], check_t
             "parsed": float(np.mean([f is not None for f in found])) if found else 0.0, "rows": int(len(labels))}
 
 
-def check_accuracy(model, tokenizer, rows: Sequence[Example], check_tokens: int) -> dict:
+def correction_accuracy(model, tokenizer, task: TestbedTask, rows: Sequence[Example], check_tokens: int,
+                        batch_size: int = 64) -> dict:
+    """Correction rows (`check_pairs(rows_as="correction")`): the greedy correction (its check, then a solution:
+    <= check_tokens plus the worked solution's length and a margin), graded by the task's checker on the row's
+    question: acc_positive = right attempts kept right, acc_negative = wrong attempts corrected."""
+    from jaxrl_reason.inference.refine import make_generate
+
+    labels = np.asarray([r.meta["right"] for r in rows], bool)
+    budget = check_tokens + max(len(tokenizer.encode(r.solution.split("\n")[-1])) for r in rows) + 8
+    generate = make_generate(model, tokenizer, batch_size=batch_size)
+    ids = generate(tokenizer.encode_ragged([tokenizer.render_prompt(r.question) for r in rows]), max_new_tokens=budget)
+    texts = [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
+    ok = np.asarray([check(task, r.meta["question"], t) for r, t in zip(rows, texts)])
+    pos = float(ok[labels].mean()) if labels.any() else float("nan")
+    neg = float(ok[~labels].mean()) if (~labels).any() else float("nan")
+    return {"acc_positive": pos, "acc_negative": neg, "balanced_acc": 0.5 * (pos + neg), "rows": int(len(labels))}
+
+
+def check_accuracy(model, tokenizer, rows: Sequence[Example], check_tokens: int,
+                   task: Optional[TestbedTask] = None) -> dict:
     """How well the model judges check rows after writing its check (<= check_tokens): `verifier_accuracy` of
-    verify rows (the verdict read after the check), `critique_verdict_accuracy` of critique rows."""
+    verify rows (the verdict read after the check), `critique_verdict_accuracy` of critique rows,
+    `correction_accuracy` of correction rows (graded by `task`'s checker)."""
     if rows and rows[0].meta["format"] == "critique":
         return critique_verdict_accuracy(model, tokenizer, rows, check_tokens)
+    if rows and rows[0].meta["format"] == "correction":
+        return correction_accuracy(model, tokenizer, task, rows, check_tokens)
     labels = [r.solution.endswith(VERIFY_YES) for r in rows]
     return verifier_accuracy(model, tokenizer, [r.meta["question"] for r in rows], [r.meta["solution"] for r in rows],
                              labels, check_tokens=check_tokens)
@@ -96,7 +120,7 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
         raise ValueError(f"check_warmup solve_share must be >= 0, got {solve_share}")
     held = heldout_check_rows(task, examples, seed=seed, verify_format=verify_format, inject_extent=inject_extent,
                               rows_as=rows_as)
-    before = check_accuracy(model, tokenizer, held, check_tokens)
+    before = check_accuracy(model, tokenizer, held, check_tokens, task)
     rows = check_pairs(task, examples[heldout_questions(len(examples)):], seed=seed, verify_format=verify_format,
                        inject_extent=inject_extent, rows_as=rows_as) + list(extra_rows)
     solve = list(solve_examples[:max(1, int(len(rows) * solve_share))]) if solve_share > 0 else []
@@ -104,7 +128,7 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
     hist = sft_train(model, tokenizer, rows + solve, steps=steps, batch_size=batch_size, lr=lr,
                      warmup_steps=warmup_steps, seed=seed, progress=progress, writer=writer, mesh=mesh,
                      prompt_fn=lambda q: q if q in turns else prompt_fn(q), span_weights=span_weights, pack=pack)
-    after = check_accuracy(model, tokenizer, held, check_tokens)
+    after = check_accuracy(model, tokenizer, held, check_tokens, task)
     return {"rows": len(rows) - len(extra_rows), "extra_rows": len(extra_rows), "solve_rows": len(solve),
             "heldout_rows": len(held), "before": before, "after": after,
             "first_nll": hist[0]["sft/nll"], "last_nll": hist[-1]["sft/nll"]}
