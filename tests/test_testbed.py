@@ -721,6 +721,24 @@ def test_check_pairs_are_a_right_and_a_wrong_solution_per_question_each_target_t
         check_pairs(task_of("latin_square"), examples, seed=0, verify_format="verdict")
 
 
+def _worked_check_rows(kind: str, aux: dict, own: dict):
+    """(contrast pairs, auxiliary rows, own-attempt rows) of `kind` (critique | correction) in the worked-check
+    format, from 8 Latin squares; the own attempts are the verify pairs' right and wrong solutions."""
+    from jaxrl_reason.data import testbed
+
+    task = testbed.task_of("latin_square")
+    examples = ls.latin_square_examples(8, seed=3)
+    fmt = {f"{kind}_format": "worked_check"}
+    pairs = testbed.check_pairs(task, examples, seed=0, rows_as=kind)
+    # the same wrong answers as the verify pairs: one rng draw per question either way
+    verify = testbed.check_pairs(task, examples, seed=0)
+    assert [r.meta["solution"] for r in pairs] == [r.meta["solution"] for r in verify]
+    attempts = [(e, r.meta["solution"]) for e, r in zip([e for e in examples for _ in (0, 1)], verify)]
+    return (pairs, testbed.auxiliary_rows(task, examples, seed=0, **{"verify": 0, "critique": 0, "correct": 0, **aux},
+                                          **fmt),
+            testbed.own_attempt_rows(task, attempts, seed=0, **{"critique": False, "correct": False, **own}, **fmt))
+
+
 def test_worked_check_critiques_open_with_the_checkers_check_then_parse_with_every_field():
     """data.critique_format='worked_check': contrast pairs, auxiliary rows and own-attempt rows pose the critique
     prompt that asks for the check first; the target is the task's check of the answer, then the four fields,
@@ -729,16 +747,7 @@ def test_worked_check_critiques_open_with_the_checkers_check_then_parse_with_eve
     from jaxrl_reason.data.prompts import critique_prompt
 
     task = testbed.task_of("latin_square")
-    examples = ls.latin_square_examples(8, seed=3)
-    pairs = testbed.check_pairs(task, examples, seed=0, rows_as="critique")
-    # the same wrong answers as the verify pairs: one rng draw per question either way
-    verify = testbed.check_pairs(task, examples, seed=0)
-    assert [r.meta["solution"] for r in pairs] == [r.meta["solution"] for r in verify]
-    aux = testbed.auxiliary_rows(task, examples, verify=0, critique=6, correct=0, seed=0,
-                                 critique_format="worked_check")
-    attempts = [(e, r.meta["solution"]) for e, r in zip([e for e in examples for _ in (0, 1)], verify)]
-    own = testbed.own_attempt_rows(task, attempts, critique=True, correct=False, seed=0,
-                                   critique_format="worked_check")
+    pairs, aux, own = _worked_check_rows("critique", {"critique": 6}, {"critique": True})
     assert len(pairs) == 16 and len(aux) == 6 and len(own) == 16
     for r in pairs + aux + own:
         sol = r.question.split("Solution:\n")[1].split("\n\nFirst check the solution")[0]
@@ -751,7 +760,7 @@ def test_worked_check_critiques_open_with_the_checkers_check_then_parse_with_eve
         assert r.solution.endswith(task.critique_text(q, ls.TASK.parse(sol), ls.text_error_kind(q, sol)))
     assert {r.meta["right"] for r in pairs} == {True, False}
     with pytest.raises(ValueError, match="rows_as='both' is unknown"):
-        testbed.check_pairs(task, examples, seed=0, rows_as="both")
+        testbed.check_pairs(task, ls.latin_square_examples(2, seed=3), seed=0, rows_as="both")
     with pytest.raises(ValueError, match="needs a task with a worked check"):
         testbed.critique_target(testbed.task_of("graph_path"), "q", None, None, "worked_check")
 
@@ -763,16 +772,7 @@ def test_worked_check_corrections_open_with_the_check_of_the_attempt_then_its_so
     from jaxrl_reason.data import testbed
     from jaxrl_reason.data.prompts import correction_prompt
 
-    task = testbed.task_of("latin_square")
-    examples = ls.latin_square_examples(8, seed=3)
-    pairs = testbed.check_pairs(task, examples, seed=0, rows_as="correction")
-    verify = testbed.check_pairs(task, examples, seed=0)
-    assert [r.meta["solution"] for r in pairs] == [r.meta["solution"] for r in verify]
-    aux = testbed.auxiliary_rows(task, examples, verify=0, critique=0, correct=4, seed=0,
-                                 correction_format="worked_check")
-    attempts = [(e, r.meta["solution"]) for e, r in zip([e for e in examples for _ in (0, 1)], verify)]
-    own = testbed.own_attempt_rows(task, attempts, critique=False, correct=True, seed=0, keep_share=1.0,
-                                   correction_format="worked_check")
+    pairs, aux, own = _worked_check_rows("correction", {"correct": 4}, {"correct": True, "keep_share": 1.0})
     assert len(pairs) == 16 and len(aux) == 4 and len(own) == 16
     for r in pairs + aux + own:
         q = r.question.split("\n\nHere is an earlier attempt")[0]

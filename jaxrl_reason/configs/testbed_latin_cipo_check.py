@@ -13,19 +13,14 @@ questions, each question's worked solution under review (kept) and a wrong one (
 with the check of the attempt (`sft.check_rows = "correction"`). With the paper's correction the 4 x 128 policy
 fixed about as many of its own wrong attempts as a fresh sample does (docs/results/cipo_testbed.md).
 """
+from jaxrl_reason.configs.testbed_latin_check import with_check_stage
 from jaxrl_reason.configs.testbed_latin_cipo import get_config as testbed_latin_cipo
 
 
 def get_config():
-    c = testbed_latin_cipo()
+    c = with_check_stage(testbed_latin_cipo(), rows="correction")
     c.workdir = "runs/testbed_latin_cipo_check"
-    c.model.hidden_size = 256
-    c.model.intermediate_size = 768
-    c.sft.lr = 1.5e-3  # 3e-3 (the 4 x 128's) diverged at this width (testbed_latin_check)
     c.data.correction_format = "worked_check"
-    c.sft.check_steps = 1500
-    c.sft.check_questions = 4096
-    c.sft.check_rows = "correction"
     c.sft.pack = True  # check rows of ~400 tokens beside worked solutions of ~25 (docs/results/sft_packing.md)
     # a correction writes the check (up to ~130 tokens under the task BPE) before its grid (22)
     c.method.extra.correction_max_new_tokens = 192

@@ -14,19 +14,14 @@ as critiques: 1,500 steps on the contrast pairs of 4,096 warm-up questions, each
 one whose critique opens with the check (`sft.check_rows = "critique"`). With the paper's critique the verdict of
 the 4 x 128 warm-up sat at the base rate of wrong answers on three seeds (docs/results/cure_testbed.md).
 """
+from jaxrl_reason.configs.testbed_latin_check import with_check_stage
 from jaxrl_reason.configs.testbed_latin_cure import get_config as testbed_latin_cure
 
 
 def get_config():
-    c = testbed_latin_cure()
+    c = with_check_stage(testbed_latin_cure(), rows="critique")
     c.workdir = "runs/testbed_latin_cure_check"
-    c.model.hidden_size = 256
-    c.model.intermediate_size = 768
-    c.sft.lr = 1.5e-3  # 3e-3 (the 4 x 128's) diverged at this width (testbed_latin_check)
     c.data.critique_format = "worked_check"
-    c.sft.check_steps = 1500
-    c.sft.check_questions = 4096
-    c.sft.check_rows = "critique"
     # A critique pair row is ~460 tokens beside ~80 for a worked solution: one sequence per row left half of each
     # padded batch empty; packed, the same update is ~1.9x faster (docs/results/sft_packing.md)
     c.sft.pack = True

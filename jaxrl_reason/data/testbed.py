@@ -101,19 +101,23 @@ def verify_target(task: TestbedTask, question: str, text: str, verify_format: st
     return f"{lines}\n{verdict}"
 
 
+def check_then(task: TestbedTask, question: str, answer: Any, target: str, *, knob: str, value: str,
+               known: Sequence[str], plain: str) -> str:
+    """`target` as it is when `knob` = `value` is its `plain` format; with "worked_check", the task's worked check
+    of `answer` (every line copying what it compares), a line break, then `target`."""
+    if value == plain:
+        return target
+    if value not in known:
+        raise ValueError(f"{knob}={value!r} is unknown; use {' | '.join(known)}")
+    return f"{written_check(task, question, answer, knob=knob, value=value, instead=plain)}\n{target}"
+
+
 def critique_target(task: TestbedTask, question: str, answer: Any, kind: Optional[str],
                     critique_format: str = "fields") -> str:
     """A critique row's target: the task's four-field critique ("fields", METHODS §3), or its worked check of the
-    answer (every line copying what it compares), a line break and those fields ("worked_check", [choice],
-    docs/methods/cure.md)."""
-    fields = task.critique_text(question, answer, kind)
-    if critique_format == "fields":
-        return fields
-    if critique_format not in CRITIQUE_FORMATS:
-        raise ValueError(f"critique_format={critique_format!r} is unknown; use {' | '.join(CRITIQUE_FORMATS)}")
-    check_lines = written_check(task, question, answer, knob="critique_format", value=critique_format,
-                                instead="fields")
-    return f"{check_lines}\n{fields}"
+    answer, a line break and those fields ("worked_check", [choice], docs/methods/cure.md)."""
+    return check_then(task, question, answer, task.critique_text(question, answer, kind), knob="critique_format",
+                      value=critique_format, known=CRITIQUE_FORMATS, plain="fields")
 
 
 def correction_target(task: TestbedTask, question: str, attempt: Any, solution: str,
@@ -121,13 +125,8 @@ def correction_target(task: TestbedTask, question: str, attempt: Any, solution: 
     """A correction row's target: the solution it should end with ("solution", METHODS §4), or the task's worked
     check of the earlier attempt (the parsed `attempt`), a line break and that solution ("worked_check",
     [choice], docs/methods/cipo.md)."""
-    if correction_format == "solution":
-        return solution
-    if correction_format not in CORRECTION_FORMATS:
-        raise ValueError(f"correction_format={correction_format!r} is unknown; use {' | '.join(CORRECTION_FORMATS)}")
-    check_lines = written_check(task, question, attempt, knob="correction_format", value=correction_format,
-                                instead="solution")
-    return f"{check_lines}\n{solution}"
+    return check_then(task, question, attempt, solution, knob="correction_format", value=correction_format,
+                      known=CORRECTION_FORMATS, plain="solution")
 
 
 def critique_check(task: TestbedTask, question: str, text: str) -> str:
