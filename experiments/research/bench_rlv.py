@@ -38,9 +38,13 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 
-from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
+# the repository root, so the script runs from a checkout without the editable install
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
