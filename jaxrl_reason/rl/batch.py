@@ -280,9 +280,8 @@ def pack_rows(batch: TokenBatch, length: Optional[int] = None) -> TokenBatch:
     token- and sequence-mean losses are the same sums over the same tokens (the model masks attention across
     segments). What it saves is padding: warm-up rows of a few hundred tokens beside worked solutions of a few
     dozen left half of each padded batch empty. Filler rows (PAD_TASK_ID) are dropped."""
-    tokens = np.asarray(batch.tokens)
     seg = np.asarray(batch.segment_ids)
-    b, t = tokens.shape
+    t = seg.shape[1]
     length = t if length is None else int(length)
     lens = (seg != 0).sum(axis=1)
     if np.any(seg > 1) or np.any(seg[np.arange(t)[None, :] >= lens[:, None]] != 0):
@@ -298,17 +297,14 @@ def pack_rows(batch: TokenBatch, length: Optional[int] = None) -> TokenBatch:
             bins.append(home)
         home[1] += int(lens[i])
         home[2].append(int(i))
-    out = {}
-    for f in _TIME_FIELDS:
-        x = getattr(batch, f)
-        out[f] = None if x is None else np.zeros((len(bins), length), _DTYPES[f])
+    src = {f: np.asarray(getattr(batch, f)) for f in _TIME_FIELDS if getattr(batch, f) is not None}
+    out = {f: np.zeros((len(bins), length), _DTYPES[f]) if f in src else None for f in _TIME_FIELDS}
     for r, (_, _, rows) in enumerate(bins):
         at = 0
         for k, i in enumerate(rows, start=1):
             n = int(lens[i])
-            for f in _TIME_FIELDS:
-                if out[f] is not None:
-                    out[f][r, at:at + n] = np.asarray(getattr(batch, f))[i, :n]
+            for f, x in src.items():
+                out[f][r, at:at + n] = x[i, :n]
             out["segment_ids"][r, at:at + n] = k
             at += n
     out["task_id"] = np.asarray([x[0] for x in bins], np.int32)
