@@ -799,7 +799,7 @@ def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alon
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.experiment.model import build_tokenizer
     from jaxrl_reason.experiment.pipeline import start
-    from jaxrl_reason.experiment.warmup import SFT_ONLY, warmed_up_policy
+    from jaxrl_reason.experiment.warmup import SFT_ONLY, WARMUP_CHECKPOINTS, warmed_up_policy
 
     rc, _ = start(_check_cfg(tmp_path))
     task = build_data(rc.data, rc.seed)
@@ -820,6 +820,48 @@ def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alon
     _, again = warmed_up_policy(rc, tok, task, str(tmp_path))
     assert "sft_seconds" not in again and again["sft_resumed_from"] == str(tmp_path / SFT_ONLY)
     assert again["check_warmup"]["rows"] == 36 and read(tmp_path / "sft_model" / "model.safetensors") == warmed
+    assert not (tmp_path / WARMUP_CHECKPOINTS).exists()  # removed once sft_model is saved
+
+
+def test_check_warmup_stopped_midway_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
+    """sft.checkpoint_every: a run cut 30 steps into the 60-step stage (saves every 20) resumes at step 20 and
+    ends at the model an uninterrupted run reaches; with 45 steps left it could not get there from the start."""
+    import jaxrl_reason.train.check_warmup as cw
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import WARMUP_CHECKPOINTS, warmed_up_policy
+
+    read = lambda p: open(p, "rb").read()  # noqa: E731
+    models = {}
+    for name in ("straight", "cut"):
+        d = tmp_path / name
+        rc, _ = start(_check_cfg(d, checkpoint_every=20))
+        task = build_data(rc.data, rc.seed)
+        tok = build_tokenizer(rc, task.train, str(d), task.prompt_fn)
+        if name == "cut":
+            sft_train = cw.sft_train
+
+            class Stopped(Exception):
+                pass
+
+            def cut_at(after, stop=True):
+                def run(*a, **kw):
+                    sft_train(*a, **{**kw, "stop_after": after})
+                    if stop:
+                        raise Stopped
+                    return sft_train(*a, **{**kw, "stop_after": 0})  # the history, nothing trained
+                return run
+
+            monkeypatch.setattr(cw, "sft_train", cut_at(30))
+            with pytest.raises(Stopped):
+                warmed_up_policy(rc, tok, task, str(d))
+            assert sorted(os.listdir(d / WARMUP_CHECKPOINTS)) == ["check_warmup", "sft"]
+            monkeypatch.setattr(cw, "sft_train", cut_at(45, stop=False))
+        _, report = warmed_up_policy(rc, tok, task, str(d))
+        models[name] = read(d / "sft_model" / "model.safetensors")
+        assert not (d / WARMUP_CHECKPOINTS).exists()
+    assert models["cut"] == models["straight"]
 
 
 @pytest.mark.parametrize("change, data, match", [
@@ -828,6 +870,7 @@ def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alon
     ({"check_questions": 1}, {}, "check_questions=1 must be in"),
     ({"steps": 0}, {}, "needs the SFT warm-up"),
     ({"check_steps": -1}, {}, "check_steps=-1 must be >= 0"),
+    ({"checkpoint_every": -1}, {}, "checkpoint_every=-1 must be >= 0"),
     ({"check_batch_size": 0}, {}, "check_batch_size=0"),
     ({"check_solve_share": -1.0}, {}, "check_solve_share=-1.0"),
     ({"check_rows": "verdict"}, {}, "check_rows='verdict' is unknown"),

@@ -395,6 +395,38 @@ def test_sft_span_weights_weigh_the_loss_and_move_the_weighted_tokens_more(token
         sft_rows(tokenizer, examples[:1], span_weights=lambda e: [(0, len(e.solution) + 1, 2.0)])
 
 
+def test_sft_stopped_midway_resumes_from_its_checkpoint_to_the_same_model(tokenizer, tmp_path):
+    """sft_train(checkpoint_dir=): a warm-up cut after 3 of 7 steps and started again trains the same batches on
+    the same schedule, so it ends at the uninterrupted run's params and metrics; a finished one trains nothing."""
+    from jaxrl_reason.train.trainer import sft_train
+
+    rows = arithmetic_examples(24, seed=3)
+    kw = dict(steps=7, batch_size=4, lr=3e-3, warmup_steps=2, seed=1, progress=False)
+    straight = tiny_model(tokenizer)
+    hist = sft_train(straight, tokenizer, rows, **kw)
+    cut = tiny_model(tokenizer)
+    ck = str(tmp_path / "sft")
+    first = sft_train(cut, tokenizer, rows, checkpoint_dir=ck, checkpoint_every=2, stop_after=3, **kw)
+    assert len(first) == 3
+    # another init, and too few steps left to reach step 7 from scratch: only the restored state ends right
+    resumed = tiny_model(tokenizer, seed=5)
+    rest = sft_train(resumed, tokenizer, rows, checkpoint_dir=ck, checkpoint_every=2, stop_after=5, **kw)
+    # the save at step 2 is the one resumed from: step 3 is trained again, then 4..7
+    assert [m["sft/nll"] for m in rest] == pytest.approx([m["sft/nll"] for m in hist], rel=1e-5)
+    for a, b in zip(jax.tree.leaves(nnx.state(resumed)), jax.tree.leaves(nnx.state(straight))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    again = tiny_model(tokenizer, seed=6)
+    assert sft_train(again, tokenizer, rows, checkpoint_dir=ck, **kw) == rest  # done: restored, nothing trained
+    for a, b in zip(jax.tree.leaves(nnx.state(again)), jax.tree.leaves(nnx.state(resumed))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="7-step run, this one has 9 steps"):
+        sft_train(tiny_model(tokenizer), tokenizer, rows, checkpoint_dir=ck, **{**kw, "steps": 9})
+    with pytest.raises(ValueError, match="does not match these rows.*Delete that directory"):
+        sft_train(tiny_model(tokenizer), tokenizer, rows[:20], checkpoint_dir=ck, **kw)
+    with pytest.raises(ValueError, match="checkpoint_every=0 must be >= 1"):
+        sft_train(tiny_model(tokenizer), tokenizer, rows, checkpoint_dir=ck, checkpoint_every=0, **kw)
+
+
 def test_packed_rows_are_the_same_sft_update_on_fewer_rows(tokenizer):
     """rl.batch.pack_rows (sft.pack): long and short sequences share rows as segments; every sequence keeps its
     tokens, positions and targets, and the token-mean SFT update is the unpacked one."""

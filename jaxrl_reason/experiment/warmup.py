@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import shutil
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
@@ -27,9 +28,25 @@ def stage_asked(rc: RunConfig, knob: str, needs_sft: str) -> bool:
     return steps > 0
 
 
+WARMUP_CHECKPOINTS = "warmup_checkpoints"  # <workdir>/ folder of the warm-up stages' checkpoints (sft.checkpoint_every)
+
+
+def stage_checkpoints(rc: RunConfig, workdir: str, stage: str) -> dict:
+    """`sft_train`'s checkpoint arguments for the warm-up stage `stage`: its own folder under
+    <workdir>/WARMUP_CHECKPOINTS, saved every `sft.checkpoint_every` steps; no folder when that is 0."""
+    every = rc.sft.checkpoint_every
+    if every < 0:
+        raise ValueError(f"config sft.checkpoint_every={every} must be >= 0 (0 = the warm-up stages keep no "
+                         "checkpoints)")
+    if every == 0:
+        return {"checkpoint_dir": None}
+    return {"checkpoint_dir": os.path.join(workdir, WARMUP_CHECKPOINTS, stage), "checkpoint_every": every}
+
+
 def check_verify_warmup(rc: RunConfig) -> None:
     """Fails before any training when the verification warm-up, or an auxiliary warm-up format, is asked for but
     cannot run."""
+    stage_checkpoints(rc, "", "sft")
     check_aux_formats(rc)
     check_own_attempts(rc)
     check_check_warmup(rc)
@@ -257,7 +274,7 @@ def run_sft(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=
     examples, prompt_fn = sft_examples(rc, task)
     sft_train(model, tokenizer, examples, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
               warmup_steps=s.warmup_steps, seed=rc.seed, writer=writer, progress=rc.rl.progress,
-              prompt_fn=prompt_fn, mesh=mesh, pack=s.pack)
+              prompt_fn=prompt_fn, mesh=mesh, pack=s.pack, **stage_checkpoints(rc, workdir, "sft"))
     writer.close()
     return time.time() - t
 
@@ -297,7 +314,8 @@ def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: s
                        batch_size=s.check_batch_size, lr=s.check_lr, warmup_steps=s.warmup_steps,
                        solve_share=s.check_solve_share, seed=rc.seed, verify_format=rc.data.verify_format,
                        inject_extent=rc.data.inject_extent, rows_as=s.check_rows, prompt_fn=task.prompt_fn,
-                       writer=writer, progress=rc.rl.progress, mesh=mesh, pack=s.pack)
+                       writer=writer, progress=rc.rl.progress, mesh=mesh, pack=s.pack,
+                       **stage_checkpoints(rc, workdir, "check_warmup"))
     writer.close()
     res["seconds"] = time.time() - t
     b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
@@ -337,7 +355,7 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     writer = _writer(workdir, "logs_own_attempts")
     sft_train(model, tokenizer, rows + solves[:n_solve], steps=s.own_attempt_steps, batch_size=s.batch_size,
               lr=s.own_attempt_lr, warmup_steps=s.warmup_steps, seed=rc.seed + 1, writer=writer,
-              progress=rc.rl.progress, mesh=mesh, pack=s.pack,
+              progress=rc.rl.progress, mesh=mesh, pack=s.pack, **stage_checkpoints(rc, workdir, "own_attempts"),
               prompt_fn=lambda q: q if q in turns else task.prompt_fn(q))
     writer.close()
     formats = [r.meta["format"] for r in rows]
@@ -358,7 +376,8 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
     """-> (the policy RL starts from, what its warm-ups report). With `sft.steps` > 0 the warmed-up model is kept
     in <workdir>/sft_model and reused from there by a later run (nothing is reported then); when stages follow
     the SFT (own-attempt, worked-check, verification warm-ups), the SFT alone is also kept, in
-    <workdir>/sft_only_model (SFT_ONLY), and a run stopped during those stages starts them again from it."""
+    <workdir>/sft_only_model (SFT_ONLY), and a run stopped during those stages starts them again from it, each
+    SFT-style stage resuming from its last checkpoint (`sft.checkpoint_every`; removed once sft_model is saved)."""
     sft_dir, sft_only = os.path.join(workdir, "sft_model"), os.path.join(workdir, SFT_ONLY)
     if rc.sft.steps > 0 and os.path.exists(os.path.join(sft_dir, "config.json")):
         return load_hf(sft_dir, rc.model, mesh), {}
@@ -379,6 +398,10 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
     if rc.sft.verify_steps > 0:
         report["verify_warmup"] = run_verify_warmup(rc, model, tokenizer, task, workdir, mesh)
     save_hf(model, sft_dir)
+    from jaxrl_reason.parallel.mesh import is_main_process
+
+    if is_main_process():
+        shutil.rmtree(os.path.join(workdir, WARMUP_CHECKPOINTS), ignore_errors=True)
     return model, report
 
 

@@ -100,8 +100,8 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
                  *, steps: int, check_tokens: int, batch_size: int = 40, lr: float = 1e-3, warmup_steps: int = 10,
                  solve_share: float = 1.0, seed: int = 0, verify_format: str = "worked_check",
                  inject_extent: str = "minimal", rows_as: str = "verify", extra_rows: Sequence[Example] = (),
-                 span_weights=None, pack: bool = False,
-                 prompt_fn: Callable[[str], str] = solve_prompt, writer: Optional[MetricsWriter] = None,
+                 span_weights=None, pack: bool = False, checkpoint_dir: Optional[str] = None,
+                 checkpoint_every: int = 100, prompt_fn: Callable[[str], str] = solve_prompt, writer: Optional[MetricsWriter] = None,
                  progress: bool = True, mesh=None) -> dict:
     """The worked-check warm-up (module docstring); updates `model` in place.
 
@@ -109,7 +109,9 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
     out); solve_examples: the worked solutions mixed in, `solve_share` per check row (at least one);
     rows_as: the pairs as verify rows or as critiques that open with the check (`data.testbed.check_pairs`);
     extra_rows: more verify rows to train on beside the pairs (e.g. checks of the policy's own attempts);
-    span_weights: per-token loss weights on the rows' target spans (`trainer.sft_rows`); pack: `sft_train`'s.
+    span_weights: per-token loss weights on the rows' target spans (`trainer.sft_rows`); pack, checkpoint_dir,
+    checkpoint_every: `sft_train`'s (a stopped warm-up resumes from its checkpoint; `before` is measured on the
+    model passed in, which must then be the one it started from).
     Returns {"rows", "extra_rows", "solve_rows", "heldout_rows", "before", "after", "first_nll", "last_nll"}:
     before / after are `check_accuracy` on the held-out pairs."""
     if steps < 1:
@@ -127,7 +129,8 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
     turns = frozenset(r.question for r in rows)  # a check row's question is its whole user turn
     hist = sft_train(model, tokenizer, rows + solve, steps=steps, batch_size=batch_size, lr=lr,
                      warmup_steps=warmup_steps, seed=seed, progress=progress, writer=writer, mesh=mesh,
-                     prompt_fn=lambda q: q if q in turns else prompt_fn(q), span_weights=span_weights, pack=pack)
+                     prompt_fn=lambda q: q if q in turns else prompt_fn(q), span_weights=span_weights, pack=pack,
+                     checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
     after = check_accuracy(model, tokenizer, held, check_tokens, task)
     return {"rows": len(rows) - len(extra_rows), "extra_rows": len(extra_rows), "solve_rows": len(solve),
             "heldout_rows": len(held), "before": before, "after": after,

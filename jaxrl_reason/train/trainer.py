@@ -514,21 +514,44 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
               warmup_steps: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
               writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
               rules: prules.Rules = prules.DEFAULT_RULES, span_weights: Optional[SpanWeights] = None,
-              pack: bool = False) -> list[dict]:
+              pack: bool = False, checkpoint_dir: Optional[str] = None, checkpoint_every: int = 100,
+              stop_after: Optional[int] = None) -> list[dict]:
     """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics.
     mesh: the mesh to train on (None: the one-device mesh): params and optimizer state laid out by `rules`, rows
     over data x fsdp. span_weights: per-token loss weights on spans of the solutions (`sft_rows`).
     pack: each step's rows packed into fewer rows of the same length (`rl.batch.pack_rows`; the same token-mean
-    loss, less padding when row lengths differ), the row count bucketed so few shapes compile."""
+    loss, less padding when row lengths differ), the row count bucketed so few shapes compile.
+    checkpoint_dir: save params, optimizer state, data position and the metrics so far there every
+    `checkpoint_every` steps and at the end, and resume from the latest save found there (exactly: the same
+    batches, the same schedule); None = no checkpoints. stop_after: stop after this many steps of this call (a
+    pre-emption, for tests); the model then holds the params reached."""
+    if checkpoint_dir is not None and checkpoint_every < 1:
+        raise ValueError(f"sft_train checkpoint_every={checkpoint_every} must be >= 1 when checkpoint_dir is set")
     terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
     opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule=schedule)
     tr = start_training(model, opt, terms, mesh, rules=rules, micro_batches=micro_batches)
     update, params, opt_state = tr.update, tr.params, tr.opt_state
     row_multiple = micro_batches * pmesh.batch_shards(tr.mesh)
     data = DataIterator(list(examples), batch_size, seed=seed)
-    history = []
-    bar = progress_bar(steps, "sft", disable=not progress or not pmesh.is_main_process())
-    for step in range(1, steps + 1):
+    history: list[dict] = []
+    ckpt = Checkpointer(checkpoint_dir, max_to_keep=1) if checkpoint_dir is not None else None
+    key = replicated_value(jax.random.PRNGKey(seed), tr.mesh)  # unused by SFT; the checkpoint format carries one
+    start = 0
+    if ckpt is not None and ckpt.latest_step() is not None:
+        like = TrainState(replicated_value(jnp.asarray(0, jnp.int32), tr.mesh), params, opt_state, key)
+        state, extra = ckpt.restore(like)
+        if extra.get("steps") != steps:
+            raise ValueError(f"the SFT checkpoint in {ckpt.directory} is of a {extra.get('steps')}-step run, this one "
+                             f"has {steps} steps; point it at a fresh directory or delete that one")
+        try:
+            data.restore(extra["data"])
+        except ValueError as e:
+            raise ValueError(f"the SFT checkpoint in {ckpt.directory} does not match these rows: {e} Delete that "
+                             "directory to train from the start") from e
+        params, opt_state, start, history = state.params, state.opt_state, int(state.step), list(extra["history"])
+    end = steps if stop_after is None else min(steps, start + stop_after)
+    bar = progress_bar(steps, "sft", initial=start, disable=not progress or not pmesh.is_main_process())
+    for step in range(start + 1, end + 1):
         batch = sft_rows(tokenizer, next(data), prompt_fn=prompt_fn, span_weights=span_weights)
         batch = pad_rows_to(pack_rows(batch), row_multiple, bucket=True) if pack else pad_rows_to(batch, row_multiple)
         scored = scored_size(batch, micro_batches, row_multiple // micro_batches)
@@ -539,8 +562,14 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
         if writer is not None:
             writer.write(step, m, prefix="")
         history.append(m)
+        if ckpt is not None and (step % checkpoint_every == 0 or step == steps):
+            step_arr = replicated_value(jnp.asarray(step, jnp.int32), tr.mesh)
+            ckpt.save(TrainState(step_arr, params, opt_state, key),
+                      {"data": data.state(), "history": history, "steps": steps})
         bar.set_postfix(nll=f"{m['sft/nll']:.3f}")
         bar.update(1)
     bar.close()
+    if ckpt is not None:
+        ckpt.close()
     nnx.update(model, params)
     return history
