@@ -15,7 +15,7 @@ from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.data.prompts import (CODE_INSTRUCTION, SOLVE_INSTRUCTION, correction_prompt,
                                        replay_correction_prompt, solve_prompt)
 from jaxrl_reason.methods import make_method
-from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.base import Context, Rollouts, RowFormats
 from jaxrl_reason.methods.cipo import (CIPO, CIPOV, RatioState, rank_failed_sources, select_sources,
                                        shape_correction_rewards, update_ratio)
 from jaxrl_reason.rewards.base import RewardResult
@@ -411,7 +411,7 @@ def test_worked_check_corrections_ask_for_the_check_first(tokenizer):
                                                                     if k != "rho_step"})
     ro, sampler = make_rollouts(tokenizer), ScriptedSampler(tokenizer)
     ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id,
-                  correction_format="worked_check")
+                  formats=RowFormats(correction_format="worked_check"))
     method.build(ro, ctx)
     assert len(sampler.prompts) == 4 and all(ask in p for p in sampler.prompts)
     for p in sampler.prompts:

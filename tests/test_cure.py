@@ -19,7 +19,7 @@ from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
 from jaxrl_reason.inference.refine import (NOT_CRITIQUED, VERDICT_ERROR, VERDICT_NO_ERROR, self_refine,
                                            verdict_scores)
 from jaxrl_reason.methods import make_method
-from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.base import Context, Rollouts, RowFormats
 from jaxrl_reason.methods.cure import (CURE, CURE_TASKS, PAPER_LOSS, critique_pools, critique_rest_advantage,
                                        replay_group_advantages, replay_members, select_critique_rows)
 from jaxrl_reason.methods.grpo import PolicyLossConfig
@@ -386,7 +386,7 @@ def test_worked_check_critique_forces_the_check_then_the_verdict(tokenizer, mode
     ro = make_rollouts(tokenizer, REWARDS)
     sampler = ScriptedSampler(tokenizer)
     ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id, model, nnx.state(model),
-                  critique_check=stub_check)
+                  formats=RowFormats(critique_check=stub_check))
     batch, metrics = method.build(ro, ctx)
     _, _, _, plain_batch, plain_metrics = build_once(tokenizer, model, REWARDS)
     assert metrics["critique/rows"] == plain_metrics["critique/rows"] == 8

@@ -648,7 +648,7 @@ def test_rlv_verify_rows_train_the_whole_worked_check_through_the_trainer(tmp_pa
     from jaxrl_reason.experiment.model import build_tokenizer
     from jaxrl_reason.experiment.pipeline import start
     from jaxrl_reason.inference.verifier import verdict_ids
-    from jaxrl_reason.methods.base import Context, Rollouts
+    from jaxrl_reason.methods.base import Context, Rollouts, RowFormats
     from jaxrl_reason.methods.rlv import RLV
     from jaxrl_reason.rl.batch import TASKS
     from jaxrl_reason.train.trainer import Trainer, TrainerConfig
@@ -672,7 +672,8 @@ def test_rlv_verify_rows_train_the_whole_worked_check_through_the_trainer(tmp_pa
     ro = Rollouts(ex, prompts, comps, [np.full(len(x), -1.0, np.float32) for x in comps], texts, rewards,
                   ["eos"] * 4, [{}] * 4)
     model = tiny_model(tok)
-    ctx = Context(tok, None, None, np.random.default_rng(0), tok.pad_id, model, nnx.state(model), verify_target=vt)
+    ctx = Context(tok, None, None, np.random.default_rng(0), tok.pad_id, model, nnx.state(model),
+                  formats=RowFormats(verify_target=vt))
     batch, metrics = RLV("grpo").build(ro, ctx)
     v = np.asarray(batch.task_id) == TASKS["verify"]
     mask, tokens = np.asarray(batch.loss_mask)[v], np.asarray(batch.tokens)[v]
@@ -682,7 +683,7 @@ def test_rlv_verify_rows_train_the_whole_worked_check_through_the_trainer(tmp_pa
     verdicts = sorted(int(t[np.nonzero(m)[0]][-1]) for t, m in zip(tokens, mask))
     assert verdicts == sorted([yes, yes, no, no])
     lying = Context(tok, None, None, np.random.default_rng(0), tok.pad_id, model, nnx.state(model),
-                    verify_target=lambda q, s: vt(q, ex[0].solution))  # always the right grid's check: "Yes"
+                    formats=RowFormats(verify_target=lambda q, s: vt(q, ex[0].solution)))  # the right grid's: "Yes"
     with pytest.raises(ValueError, match="check and its reward disagree"):
         RLV("grpo").build(ro, lying)
 
@@ -696,7 +697,7 @@ def test_rlv_verify_rows_train_the_whole_worked_check_through_the_trainer(tmp_pa
                         checkpoint_every=0, progress=False)
     # ... so a reward that marks half the samples right must be refused inside the trainer too
     tr = Trainer(tiny_model(tok), tok, RLV("grpo"), task.train, reward, cfg, str(tmp_path / "bad"),
-                 prompt_fn=task.prompt_fn, verify_target=wrong_always)
+                 prompt_fn=task.prompt_fn, formats=RowFormats(verify_target=wrong_always))
     with pytest.raises(ValueError, match="disagree"):
         tr.run()
     tr.close()

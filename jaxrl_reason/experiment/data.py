@@ -9,6 +9,7 @@ from jaxrl_reason.data.datasets import dedupe, heldout_score, load_examples, que
 from jaxrl_reason.data.prompts import code_solve_prompt, solve_prompt
 from jaxrl_reason.data.testbed import TASK_MODULES, critique_check, task_of, verify_target
 from jaxrl_reason.experiment.config import DataSection
+from jaxrl_reason.methods.base import RowFormats
 from jaxrl_reason.rewards.math import math_reward
 
 
@@ -140,6 +141,11 @@ def critique_check_fn(d: DataSection):
     if d.critique_format == "fields":
         return None
     return functools.partial(critique_check, task_of(d.source))
+
+
+def row_formats(d: DataSection) -> RowFormats:
+    """How the `data` section writes the self-checking rows, as the trainer hands it to the methods."""
+    return RowFormats(verify_target_fn(d), critique_check_fn(d), d.correction_format)
 
 
 def build_data(d: DataSection, seed: int) -> TaskData:

@@ -8,7 +8,7 @@ import os
 import time
 
 from jaxrl_reason.experiment.config import read_run_config
-from jaxrl_reason.experiment.data import build_data, critique_check_fn, verify_target_fn
+from jaxrl_reason.experiment.data import build_data, row_formats
 from jaxrl_reason.experiment.model import build_mesh, build_tokenizer, save_hf
 from jaxrl_reason.experiment.report import plot_curves, results_table
 from jaxrl_reason.experiment.warmup import check_verify_warmup, tokenizer_corpus, warmed_up_policy
@@ -137,8 +137,7 @@ def run(cfg) -> dict:
 
     trainer = Trainer(model, tokenizer, method, rl_train, task.reward_fn, rc.rl, workdir,
                       eval_examples=task.heldout, prompt_fn=task.prompt_fn, mesh=mesh,
-                      verify_target=verify_target_fn(rc.data), critique_check=critique_check_fn(rc.data),
-                      correction_format=rc.data.correction_format)
+                      formats=row_formats(rc.data))
     t = time.time()
     trainer.run()
     results["rl_seconds"] = results.get("rl_seconds", 0.0) + time.time() - t

@@ -62,6 +62,20 @@ def generate_rollouts(sample: Callable[..., Any], tokenizer, prompts: Sequence[S
                     cut(out.sampling_logprobs))
 
 
+class RowFormats(NamedTuple):
+    """How the data writes the rows of the self-checking tasks (data.verify_format, critique_format,
+    correction_format); the defaults are the papers' formats."""
+
+    # (question, completion) -> a verify row's target text when the data writes a worked check before the verdict
+    # (data.verify_format="worked_check" / "mark_check"); None: the one-token verdict
+    verify_target: Optional[Callable[[str, str], str]] = None
+    # (question, completion) -> the worked check a critique opens with, before its verdict (data.critique_format=
+    # "worked_check"; CURE forces it with the verdict); None: the critique opens with its verdict (METHODS §3)
+    critique_check: Optional[Callable[[str, str], str]] = None
+    # what a correction prompt asks for (data.correction_format): "solution" | "worked_check" (the check first)
+    correction_format: str = "solution"
+
+
 class Context(NamedTuple):
     """Services a method may call while building its batch (more generation, rewards, the tokenizer)."""
 
@@ -74,14 +88,7 @@ class Context(NamedTuple):
     params: Any = None  # the current policy parameters (nnx.State) — use these, not the module's own
     temperature: float = 1.0  # the sampling temperature: a recomputed pi_old scores under logits / temperature
     max_new_tokens: int = 0  # the trainer's generation limit (DAPO's overlong shaping reads it; 0 = unknown)
-    # (question, completion) -> a verify row's target text when the data writes a worked check before the verdict
-    # (data.verify_format="worked_check" / "mark_check"); None: the one-token verdict
-    verify_target: Optional[Callable[[str, str], str]] = None
-    # (question, completion) -> the worked check a critique opens with, before its verdict (data.critique_format=
-    # "worked_check"; CURE forces it with the verdict); None: the critique opens with its verdict (METHODS §3)
-    critique_check: Optional[Callable[[str, str], str]] = None
-    # what a correction prompt asks for (data.correction_format): "solution" | "worked_check" (the check first)
-    correction_format: str = "solution"
+    formats: RowFormats = RowFormats()  # how verify rows, critiques and corrections are written
 
 
 class Method(Protocol):

@@ -261,7 +261,7 @@ class CIPO(GRPO):
         if not len(sources):
             return base, metrics
         source_ok = ro.rewards.reshape(-1)[sources] > 0.5
-        texts = self.replay_prompt_texts(ro, sources, ctx.correction_format)
+        texts = self.replay_prompt_texts(ro, sources, ctx.formats.correction_format)
         prompts = tok.encode_ragged([tok.render_prompt(t) for t in texts])
         kw = {"max_new_tokens": self.correction_max_new_tokens} if self.correction_max_new_tokens else {}
         corr = generate_rollouts(ctx.sample, tok, prompts, [ro.examples[r // g] for r in sources],

@@ -6,7 +6,7 @@ the authors' code (a verl fork); docs/methods/cure.md lists our choices and ever
 1. critique rows: a fixed-size batch (`critique_batch_size`, default Q*K/2), half of wrong samples, half of
    correct ones, filled in the authors' order (`select_critique_rows`). The prompt is `critique_prompt(x, y)`; the
    response starts with the outcome verifier's verdict `critique_verdict_prefix(y is wrong)` (teacher-forced) and
-   the policy writes the remaining fields after it. [choice] With a worked check (`Context.critique_check`, data
+   the policy writes the remaining fields after it. [choice] With a worked check (`RowFormats.critique_check`, data
    .critique_format "worked_check") the forced start is the task's check of y, then the verdict: the outcome
    verifier's judgement written out line by line, trained with the verdict's fixed advantage.
 2. guided re-exploration: for each critique of a *wrong* y, `guided_samples` (M) solutions of
@@ -384,15 +384,15 @@ class CURE(GRPO):
     def _critique(self, ro: Rollouts, rows: np.ndarray, ctx: Context) -> _Critiques:
         tok, g = ctx.tokenizer, ro.group_size
         wrong = ro.rewards.reshape(-1)[rows] <= 0.5
-        fmt = "fields" if ctx.critique_check is None else "worked_check"
+        fmt = "fields" if ctx.formats.critique_check is None else "worked_check"
         questions = [ro.examples[r // g].question for r in rows]
         texts = [tok.render_prompt(critique_prompt(q, ro.texts[r], fmt)) for q, r in zip(questions, rows)]
         prompts = tok.encode_ragged(texts)
         # The forced start, encoded on its own (not merged with the prompt's last token): the same ids the model
         # must produce by itself at test time.
         heads = [critique_verdict_prefix(bool(w)) for w in wrong]
-        if ctx.critique_check is not None:
-            heads = [f"{ctx.critique_check(q, ro.texts[r])}\n{h}" for q, r, h in zip(questions, rows, heads)]
+        if ctx.formats.critique_check is not None:
+            heads = [f"{ctx.formats.critique_check(q, ro.texts[r])}\n{h}" for q, r, h in zip(questions, rows, heads)]
         verdicts = [tok.encode(h) for h in heads]
         out = generate_rollouts(ctx.sample, tok, [p + v for p, v in zip(prompts, verdicts)],
                                 [ro.examples[r // g] for r in rows], num_samples=1,

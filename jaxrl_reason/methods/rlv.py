@@ -113,10 +113,10 @@ class RLV(GRPO):
         questions = [rollouts.examples[i // g].question for i in idx]
         solutions = [rollouts.texts[i] for i in idx]
         rows = verify_rows(ctx.tokenizer, questions, solutions, labels[idx])
-        if ctx.verify_target is None:
+        if ctx.formats.verify_target is None:
             targets = [[int(t)] for t in rows.targets]
         else:  # a worked check, then the verdict: the whole target is trained
-            targets = worked_check_targets(ctx.tokenizer, ctx.verify_target, questions, solutions, rows)
+            targets = worked_check_targets(ctx.tokenizer, ctx.formats.verify_target, questions, solutions, rows)
         if self.measure_verifier and ctx.model is not None:
             acc = verifier_accuracy(ctx.model, ctx.tokenizer, questions, solutions, labels[idx], params=ctx.params,
                                     check_tokens=max(map(len, targets)) - 1)

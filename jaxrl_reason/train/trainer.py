@@ -25,7 +25,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
-from jaxrl_reason.methods.base import Context, Method, Rollouts, generate_rollouts
+from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts
 from jaxrl_reason.models.qwen2 import attach_critic, attach_value_head
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
@@ -148,19 +148,14 @@ class Trainer:
     def __init__(self, model, tokenizer, method: Method, train_examples: Sequence[Any], reward_fn: Callable,
                  config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
                  prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
-                 rules: prules.Rules = prules.DEFAULT_RULES, verify_target: Optional[Callable[[str, str], str]] = None,
-                 critique_check: Optional[Callable[[str, str], str]] = None, correction_format: str = "solution"):
+                 rules: prules.Rules = prules.DEFAULT_RULES, formats: RowFormats = RowFormats()):
         """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy.
         prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code).
-        verify_target: (question, completion) -> a verify row's target text, for data that writes a worked check
-        before the verdict (methods see it as `Context.verify_target`); None: the one-token verdict.
-        critique_check: (question, completion) -> the worked check a critique opens with (`Context.critique_check`,
-        data.critique_format "worked_check"); None: the critique opens with its verdict.
-        correction_format: what a correction prompt asks for (`Context.correction_format`, data.correction_format).
+        formats: how the data writes verify rows, critiques and corrections (methods read `Context.formats`;
+        `experiment.data.row_formats` builds it from the data section); the default is the papers' formats.
         mesh: a `parallel.make_mesh` mesh to train on (None: the one-device mesh); `rules` lay out the params
         and optimizer state on it. A model already loaded into those shardings is used without a copy."""
-        self.prompt_fn, self.verify_target, self.critique_check = prompt_fn, verify_target, critique_check
-        self.correction_format = correction_format
+        self.prompt_fn, self.formats = prompt_fn, formats
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
         self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
@@ -286,8 +281,7 @@ class Trainer:
                       lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, next(calls)), **kw),
                       self._reward, host_rng, self.tokenizer.pad_id, self.model, self.state.params,
                       temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens,
-                      verify_target=self.verify_target, critique_check=self.critique_check,
-                      correction_format=self.correction_format)
+                      formats=self.formats)
         batch, method_metrics = self.method.build(ro, ctx)
         if c.num_mini_batches == 1:
             minis = [batch]
