@@ -865,6 +865,28 @@ def test_check_warmup_stopped_midway_resumes_from_its_last_checkpoint(tmp_path, 
     assert models["cut"] == models["straight"]
 
 
+def test_check_warmup_trains_more_rounds_until_its_held_out_target(tmp_path):
+    """sft.check_target: below the target after a round of check_steps, another round follows (its own
+    checkpoints and log steps), up to sft.check_rounds; a target met after the first round stops there."""
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.model import build_tokenizer
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import warmed_up_policy
+
+    seen = {}
+    for target in (0.99, 0.01):
+        d = tmp_path / str(target)
+        rc, _ = start(_check_cfg(d, check_steps=20, check_target=target, check_rounds=2))
+        task = build_data(rc.data, rc.seed)
+        tok = build_tokenizer(rc, task.train, str(d), task.prompt_fn)
+        _, report = warmed_up_policy(rc, tok, task, str(d))
+        r = report["check_warmup"]
+        seen[target] = (r["rounds"], len(r["after_rounds"]), r["after_rounds"][-1] == r["after"]["balanced_acc"])
+        steps = [json.loads(x)["step"] for x in open(d / "logs_check_warmup" / "metrics.jsonl")]
+        assert steps == list(range(1, 20 * r["rounds"] + 1))  # one series over the rounds
+    assert seen == {0.99: (2, 2, True), 0.01: (1, 1, True)}
+
+
 @pytest.mark.parametrize("change, data, match", [
     ({}, {"verify_format": "verdict"}, "sft.check_steps > 0 teaches a written check"),
     ({"check_questions": 41}, {}, "check_questions=41 must be in"),
@@ -872,6 +894,8 @@ def test_check_warmup_stopped_midway_resumes_from_its_last_checkpoint(tmp_path, 
     ({"steps": 0}, {}, "needs the SFT warm-up"),
     ({"check_steps": -1}, {}, "check_steps=-1 must be >= 0"),
     ({"checkpoint_every": -1}, {}, "checkpoint_every=-1 must be >= 0"),
+    ({"check_target": 1.0}, {}, "check_target=1.0 must be in"),
+    ({"check_target": 0.9, "check_rounds": 0}, {}, "check_rounds=0 must be >= 1"),
     ({"check_batch_size": 0}, {}, "check_batch_size=0"),
     ({"check_solve_share": -1.0}, {}, "check_solve_share=-1.0"),
     ({"check_rows": "verdict"}, {}, "check_rows='verdict' is unknown"),

@@ -123,6 +123,10 @@ class SftSection:
     check_batch_size: int = 40  # rows per step, check and worked-solution rows mixed
     check_lr: float = 1e-3  # its learning rate (cosine schedule)
     check_solve_share: float = 1.0  # worked solutions mixed in per check row (keeps the solving skill)
+    # held-out balanced accuracy the stage must reach: below it after check_steps, another round of check_steps
+    # follows (a fresh schedule), up to check_rounds in all (0 = one round, whatever it reaches)
+    check_target: float = 0.0
+    check_rounds: int = 3  # the most rounds of the stage when check_target > 0
     # the prompt the pairs' checks are written under: verify (data.verify_format) | critique (CURE's critique in
     # data.critique_format worked_check: the check, then the four fields) | correction (CIPO's correction in
     # data.correction_format worked_check: the check of the attempt, then the worked solution)

@@ -165,6 +165,11 @@ def check_check_warmup(rc: RunConfig) -> None:
         raise ValueError(f"config sft.check_batch_size={s.check_batch_size} must be >= 1")
     if s.check_solve_share < 0:
         raise ValueError(f"config sft.check_solve_share={s.check_solve_share} must be >= 0")
+    if not 0.0 <= s.check_target < 1.0:
+        raise ValueError(f"config sft.check_target={s.check_target} must be in [0, 1): the held-out balanced accuracy "
+                         "the stage trains towards (0 = one round of sft.check_steps)")
+    if s.check_target > 0 and s.check_rounds < 1:
+        raise ValueError(f"config sft.check_rounds={s.check_rounds} must be >= 1 with sft.check_target > 0")
 
 
 OWN_ATTEMPT_FORMATS = ("critique", "correct", "guided")
@@ -315,12 +320,18 @@ def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: s
                        solve_share=s.check_solve_share, seed=rc.seed, verify_format=rc.data.verify_format,
                        inject_extent=rc.data.inject_extent, rows_as=s.check_rows, prompt_fn=task.prompt_fn,
                        writer=writer, progress=rc.rl.progress, mesh=mesh, pack=s.pack,
+                       target=s.check_target, max_rounds=s.check_rounds if s.check_target > 0 else 1,
                        **stage_checkpoints(rc, workdir, "check_warmup"))
     writer.close()
     res["seconds"] = time.time() - t
     b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
+    rounds = "" if res["rounds"] == 1 else f" ({res['rounds']} rounds: " + ", ".join(
+        f"{x:.1%}" for x in res["after_rounds"]) + ")"
     print(f"worked-check warm-up: {res['rows']} check rows + {res['solve_rows']} worked solutions; held-out balanced "
-          f"accuracy {b:.1%} -> {a:.1%}")
+          f"accuracy {b:.1%} -> {a:.1%}{rounds}")
+    if a < s.check_target:
+        print(f"worked-check warm-up: WARNING held-out balanced accuracy {a:.1%} is below sft.check_target="
+              f"{s.check_target:.1%} after {res['rounds']} rounds (sft.check_rounds); RL starts from it anyway")
     return res
 
 

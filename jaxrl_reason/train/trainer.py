@@ -509,7 +509,7 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
               writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
               rules: prules.Rules = prules.DEFAULT_RULES, span_weights: Optional[SpanWeights] = None,
               pack: bool = False, checkpoint_dir: Optional[str] = None, checkpoint_every: int = 100,
-              stop_after: Optional[int] = None) -> list[dict]:
+              stop_after: Optional[int] = None, log_offset: int = 0) -> list[dict]:
     """Supervised warm-up on worked solutions; updates `model` in place and returns per-step metrics.
     mesh: the mesh to train on (None: the one-device mesh): params and optimizer state laid out by `rules`, rows
     over data x fsdp. span_weights: per-token loss weights on spans of the solutions (`sft_rows`).
@@ -518,7 +518,8 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     checkpoint_dir: save params, optimizer state, data position and the metrics so far there every
     `checkpoint_every` steps and at the end, and resume from the latest save found there (exactly: the same
     batches, the same schedule); None = no checkpoints. stop_after: stop after this many steps of this call (a
-    pre-emption, for tests); the model then holds the params reached."""
+    pre-emption, for tests); the model then holds the params reached. log_offset: added to the step numbers the
+    writer logs (a stage of several calls logs one series)."""
     if checkpoint_dir is not None and checkpoint_every < 1:
         raise ValueError(f"sft_train checkpoint_every={checkpoint_every} must be >= 1 when checkpoint_dir is set")
     terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
@@ -554,7 +555,7 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
         params, opt_state = out.params, out.opt_state
         m = {"sft/nll": float(out.metrics["solve/nll"]), "sft/grad_norm": float(out.metrics["grad_norm"])}
         if writer is not None:
-            writer.write(step, m, prefix="")
+            writer.write(log_offset + step, m, prefix="")
         history.append(m)
         if ckpt is not None and (step % checkpoint_every == 0 or step == steps):
             step_arr = replicated_value(jnp.asarray(step, jnp.int32), tr.mesh)
