@@ -22,13 +22,15 @@ from jaxrl_reason.configs.testbed_latin import get_config as testbed_latin
 def with_check_stage(c, rows: str = "verify"):
     """Run 19's width and worked-check stage on a Latin-square preset `c`: the 4 x 256 policy, its SFT lr, and
     1,500 steps on the contrast pairs of 4,096 warm-up questions whose check is written under the `rows` prompt
-    (`sft.check_rows`: verify | critique | correction). The CURE and CIPO worked-check presets share it."""
+    (`sft.check_rows`: verify | critique | correction), repeated until the held-out pairs reach 90% (at most three
+    rounds). The CURE and CIPO worked-check presets share it."""
     c.model.hidden_size = 256
     c.model.intermediate_size = 768
     c.sft.lr = 1.5e-3  # 3e-3 (the 4 x 128's) diverged at this width
     c.sft.check_steps = 1500
     c.sft.check_questions = 4096
     c.sft.check_rows = rows
+    c.sft.check_target, c.sft.check_rounds = 0.90, 3
     return c
 
 
@@ -37,7 +39,6 @@ def get_config():
     c.workdir = "runs/testbed_latin_check"
     c.data.verify_format = "worked_check"
     c.sft.verify_steps = 0  # the one-token verdict's warm-up; the check is taught by the stage below
-    c.sft.check_target, c.sft.check_rounds = 0.90, 3
     # The per-step verifier metric writes the check of every verify row (~130 greedy tokens each) before the update;
     # it changes nothing in training, and the benchmark measures the verifier on held-out samples at the end.
     c.method.extra.measure_verifier = False
