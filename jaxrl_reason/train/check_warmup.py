@@ -101,7 +101,8 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
                  solve_share: float = 1.0, seed: int = 0, verify_format: str = "worked_check",
                  inject_extent: str = "minimal", rows_as: str = "verify", extra_rows: Sequence[Example] = (),
                  span_weights=None, pack: bool = False, checkpoint_dir: Optional[str] = None,
-                 checkpoint_every: int = 100, target: float = 0.0, max_rounds: int = 1, prompt_fn: Callable[[str], str] = solve_prompt, writer: Optional[MetricsWriter] = None,
+                 checkpoint_every: int = 100, target: float = 0.0, max_rounds: int = 1,
+                 prompt_fn: Callable[[str], str] = solve_prompt, writer: Optional[MetricsWriter] = None,
                  progress: bool = True, mesh=None) -> dict:
     """The worked-check warm-up (module docstring); updates `model` in place.
 
