@@ -57,6 +57,23 @@ def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
                                                   "rlv": rlv, "rloo_v": rloo_v}, checks, 4)
 
 
+def test_the_summary_reports_each_runs_warm_up_verifier_and_greedy_accuracy(tmp_path):
+    """The warm-up's verifier (every round of a check stage with a target) and each run's greedy accuracy before
+    and after RL, from the runs' results.json; a run without one is left out."""
+    check = {"before": {"balanced_acc": 0.47}, "after": {"balanced_acc": 0.91}, "after_rounds": [0.785, 0.91]}
+    runs = {"grpo": {"before": {"accuracy": 0.516}, "after": {"accuracy": 0.52}, "check_warmup": check},
+            "rlv": {"before": {"accuracy": 0.516}, "after": {"accuracy": 0.535}}}
+    dirs = {}
+    for arm in ("grpo", "rlv", "grpo_plain"):
+        dirs[arm] = str(tmp_path / arm)
+        os.makedirs(dirs[arm])
+        if arm in runs:
+            json.dump(runs[arm], open(os.path.join(dirs[arm], "results.json"), "w"))
+    out, md = bench_rlv.warmup_report(dirs)
+    assert set(out) == {"grpo", "rlv"} and out["grpo"]["check_warmup"]["after_rounds"] == [0.785, 0.91]
+    assert "| grpo | 51.6 | 52.0 | 47.0 -> 78.5 -> 91.0 |" in md and "| rlv | 51.6 | 53.5 | – |" in md
+
+
 def test_the_rloo_v_arm_is_the_rlv_config_with_the_leave_one_out_estimator():
     from jaxrl_reason.configs.testbed_latin_check import get_config
     from jaxrl_reason.experiment.pipeline import start

@@ -17,7 +17,8 @@ samples N solutions per held-out question from each final policy once and scores
 itself: the RL^V arms' trained verifier; for `grpo_plain` the same verify prompt on a model never trained on it
 (the paper's LLM-as-a-judge baseline); for `grpo` the verifier its warm-up left.
 
-Prints one table and the issue's checks (the baseline is `grpo_plain`, as the issue defines it):
+Prints each run's greedy accuracy and warm-up verifier (every round of its check stage), one table and the
+issue's checks (the baseline is `grpo_plain`, as the issue defines it):
   1. GRPO^V verifier balanced accuracy (score > 0.5) on its held-out samples >= 75%, and its AUROC within a
      question (the questions with right and wrong samples) >= 0.75
   2. GRPO^V weighted@N > GRPO^V maj@N
@@ -244,6 +245,33 @@ def results_table(evals: dict, checks: list, n: int) -> str:
     return "\n".join(rows)
 
 
+def warmup_report(workdirs: dict) -> tuple[dict, str]:
+    """-> (per arm: greedy held-out accuracy before and after RL, and the warm-up's verifier stages as each run's
+    results.json recorded them; its markdown table). The warm-up arms share one warm-up, so its verifier is
+    reported from the first run that trained it."""
+    rows, out = [], {}
+    for arm, workdir in workdirs.items():
+        path = os.path.join(workdir, "results.json")
+        if not os.path.exists(path):
+            continue
+        r = json.load(open(path))
+        out[arm] = {"greedy_before": r.get("before", {}).get("accuracy"),
+                    "greedy_after": r.get("after", {}).get("accuracy")}
+        for stage in ("check_warmup", "verify_warmup"):
+            if stage in r:
+                w = r[stage]
+                out[arm][stage] = {"before": w["before"]["balanced_acc"], "after": w["after"]["balanced_acc"],
+                                   "after_rounds": w.get("after_rounds", [w["after"]["balanced_acc"]])}
+        pct = lambda x: "–" if x is None else f"{100 * x:.1f}"  # noqa: E731
+        stage = out[arm].get("check_warmup") or out[arm].get("verify_warmup")
+        held = "–" if stage is None else (f"{pct(stage['before'])} -> "
+                                          + " -> ".join(pct(x) for x in stage["after_rounds"]))
+        rows.append(f"| {arm} | {pct(out[arm]['greedy_before'])} | {pct(out[arm]['greedy_after'])} | {held} |")
+    table = ("| run | greedy held-out before RL | after RL | warm-up verifier, held-out balanced accuracy "
+             "(before -> after each round) |\n|---|---|---|---|\n" + "\n".join(rows))
+    return out, table
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", default="runs/bench_rlv")
@@ -299,12 +327,14 @@ def main(argv=None):
     n = args.n
     checks = issue_checks(evals["grpo_plain"], evals["grpo"], evals["rlv"], n)
     table = results_table(evals, checks, n)
+    warmup, warmup_md = warmup_report({arm: cfg.workdir for arm, cfg in cfgs.items()})
+    table = warmup_md + "\n\n" + table
     print()
     print(table)
     workdir = os.path.abspath(args.workdir)
     keys = ("strategies", "ks", "verifier", "sample_accuracy", "vote_headroom", "best_of_n_chance")
     plain_maj = at(evals["grpo_plain"], "majority", n)
-    summary = {"n": n, "questions": args.questions, "seed": seed,
+    summary = {"n": n, "questions": args.questions, "seed": seed, "warmup": warmup,
                **{arm: {k: evals[arm][k] for k in keys} for arm in ARMS}, "checks": checks,
                "samples_to_match_plain_majority": {arm: samples_to_match(evals[arm], plain_maj)
                                                     for arm in ("rlv", "rloo_v", "grpo")},
