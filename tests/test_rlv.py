@@ -156,6 +156,33 @@ def test_verify_warmup_teaches_the_verdict_on_self_labelled_samples(tokenizer):
     assert len(res["history"]) == 80 and res["history"][-1]["verify_warmup/nll"] < res["history"][0]["verify_warmup/nll"]
 
 
+def test_verification_warmup_stopped_midway_resumes_to_the_same_model(tokenizer, tmp_path):
+    """train_verdicts(checkpoint_dir=): cut after 5 of 9 steps (saves every 3) and run again from another init with
+    too few steps left to get there from scratch, it draws the same rows (the generator state is saved) and the
+    same worked solutions, and ends at the uninterrupted run's params."""
+    from jaxrl_reason.train.verify_warmup import train_verdicts
+
+    ex = arithmetic_examples(24, seed=2, config=ARITH)
+    rows = verify_rows(tokenizer, [e.question for e in ex], [e.solution for e in ex],
+                       np.arange(len(ex)) % 2 == 0)
+    kw = dict(steps=9, batch_size=6, solve_batch_size=2, lr=1e-2, warmup_steps=2, seed=3, progress=False)
+
+    def run(model, **more):
+        return train_verdicts(model, tokenizer, rows, ex, rng=np.random.default_rng([3, 1]), **kw, **more)
+
+    straight = tiny_model(tokenizer)
+    hist = run(straight)
+    ck = str(tmp_path / "verify")
+    assert len(run(tiny_model(tokenizer), checkpoint_dir=ck, checkpoint_every=3, stop_after=5)) == 5
+    resumed = tiny_model(tokenizer, seed=7)
+    rest = run(resumed, checkpoint_dir=ck, checkpoint_every=3, stop_after=6)  # from step 3: 4..9
+    assert [m["verify_warmup/nll"] for m in rest] == pytest.approx([m["verify_warmup/nll"] for m in hist], rel=1e-5)
+    for a, b in zip(jax.tree.leaves(nnx.state(resumed)), jax.tree.leaves(nnx.state(straight))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="9-step run on 24 rows, this one has 12 steps"):
+        train_verdicts(tiny_model(tokenizer), tokenizer, rows, ex, checkpoint_dir=ck, **{**kw, "steps": 12})
+
+
 @pytest.mark.slow
 def test_verify_warmup_contrast_pairs_teach_what_self_labels_cannot(tokenizer):
     """Self-labelled rows here say "has a digit -> Yes"; the contrast pairs add (worked solution, Yes) beside a

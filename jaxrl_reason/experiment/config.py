@@ -103,8 +103,9 @@ class SftSection:
     # pack each step's rows into fewer rows (rl.batch.pack_rows): the same loss, less padding where row lengths
     # differ (critique rows beside worked solutions); every SFT-style stage (SFT, own-attempt, worked-check)
     pack: bool = False
-    # the SFT-style stages (SFT, own-attempt, worked-check) save every N steps to <workdir>/warmup_checkpoints/ and a
-    # stopped run resumes there exactly (0 = none: a stopped stage starts again); removed once sft_model is saved
+    # the warm-up stages (SFT, own-attempt, worked-check, verification) save every N steps to
+    # <workdir>/warmup_checkpoints/ and a stopped run resumes there exactly (0 = none: a stopped stage starts again);
+    # removed once sft_model is saved
     checkpoint_every: int = 100
     examples: int = 6000  # how many training problems the warm-up sees (the rest are left for RL)
     verify_steps: int = 0  # verification warm-up steps after SFT (0 = none)

@@ -296,7 +296,7 @@ def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: 
                         samples_per_question=s.verify_samples, max_new_tokens=rc.rl.max_new_tokens,
                         balance=s.verify_balance, contrast_fn=verify_contrast_fn(rc),
                         temperature=rc.rl.temperature, seed=rc.seed, progress=rc.rl.progress, writer=writer,
-                        prompt_fn=task.prompt_fn, mesh=mesh)
+                        prompt_fn=task.prompt_fn, mesh=mesh, **stage_checkpoints(rc, workdir, "verify_warmup"))
     writer.close()
     res.pop("history")
     res["seconds"] = time.time() - t
@@ -388,7 +388,7 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
     in <workdir>/sft_model and reused from there by a later run (nothing is reported then); when stages follow
     the SFT (own-attempt, worked-check, verification warm-ups), the SFT alone is also kept, in
     <workdir>/sft_only_model (SFT_ONLY), and a run stopped during those stages starts them again from it, each
-    SFT-style stage resuming from its last checkpoint (`sft.checkpoint_every`; removed once sft_model is saved)."""
+    stage resuming from its last checkpoint (`sft.checkpoint_every`; removed once sft_model is saved)."""
     sft_dir, sft_only = os.path.join(workdir, "sft_model"), os.path.join(workdir, SFT_ONLY)
     if rc.sft.steps > 0 and os.path.exists(os.path.join(sft_dir, "config.json")):
         return load_hf(sft_dir, rc.model, mesh), {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -37,7 +38,8 @@ from jaxrl_reason.rl.losses import sft_spec
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.progress import progress_bar
 from jaxrl_reason.train.metrics import MetricsWriter
-from jaxrl_reason.train.state import make_optimizer
+from jaxrl_reason.train.checkpoint import Checkpointer
+from jaxrl_reason.train.state import TrainState, make_optimizer, replicated_value
 from jaxrl_reason.train.trainer import checked_update, render_solve_prompts, score_rows, sft_rows
 from jaxrl_reason.train.update import start_training
 
@@ -87,9 +89,11 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
                   max_new_tokens: int = 64, temperature: float = 0.7, holdout_frac: float = 0.1, seed: int = 0,
                   progress: bool = True, writer: Optional[MetricsWriter] = None,
                   prompt_fn: Callable[[str], str] = solve_prompt, balance: str = "subsample",
-                  contrast_fn: Optional[Callable[[Example, np.random.Generator], str]] = None, mesh=None) -> dict:
+                  contrast_fn: Optional[Callable[[Example, np.random.Generator], str]] = None, mesh=None,
+                  checkpoint_dir: Optional[str] = None, checkpoint_every: int = 100) -> dict:
     """Self-labelled verification warm-up (module docstring); updates `model` in place. mesh: the mesh to sample
-    and train on (None: the one-device mesh).
+    and train on (None: the one-device mesh). checkpoint_dir, checkpoint_every: `train_verdicts`' (a stopped
+    warm-up samples its rows again, the same ones, and resumes its updates from the last save).
 
     balance: "subsample" (class balance over all rows) | "per_question" (within each question; see
     `methods.rlv.balanced_indices`).
@@ -153,7 +157,8 @@ def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, 
     history = train_verdicts(model, tokenizer, rows, examples if solve_batch_size > 0 else (), steps=steps,
                              batch_size=batch_size, solve_batch_size=solve_batch_size, lr=lr,
                              warmup_steps=warmup_steps, rng=rng, seed=seed, progress=progress, writer=writer,
-                             prompt_fn=prompt_fn, params=params, mesh=mesh)
+                             prompt_fn=prompt_fn, params=params, mesh=mesh, checkpoint_dir=checkpoint_dir,
+                             checkpoint_every=checkpoint_every)
     after = verifier_accuracy(model, tokenizer, hq, hs, hl)
     return {"rows": len(tl) - contrast_rows, "contrast_rows": contrast_rows, "heldout_rows": len(hl),
             "sampled": int(len(sampled)), "positive_frac_sampled": float(np.mean(sampled)) if len(sampled) else 0.0,
@@ -175,11 +180,13 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
                    solve_batch_size: int = 8, lr: float = 1e-3, warmup_steps: int = 10,
                    rng: Optional[np.random.Generator] = None, seed: int = 0, progress: bool = True,
                    writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt,
-                   params=None, mesh=None) -> list:
+                   params=None, mesh=None, checkpoint_dir: Optional[str] = None, checkpoint_every: int = 100,
+                   stop_after: Optional[int] = None) -> list:
     """`steps` updates of NLL(verdict | verify prompt) on `batch_size` rows drawn from `rows` (`verify_rows`),
     plus NLL(worked solution | solve prompt) on `solve_batch_size` of `solve_examples` per step when given (they
     keep the solving skill); AdamW, cosine schedule. mesh: the mesh to train on (None: the one-device mesh).
-    Updates `model` in place; returns the per-step metrics."""
+    checkpoint_dir, checkpoint_every, stop_after: as `trainer.sft_train`'s (the row draws' generator state is saved
+    too, so a resumed warm-up draws the same rows). Updates `model` in place; returns the per-step metrics."""
     if steps < 1:
         raise ValueError(f"train_verdicts steps must be >= 1, got {steps}")
     if len(rows.prompts) == 0:
@@ -194,8 +201,25 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
     tr = start_training(model, opt, terms, mesh, params=params)
     update, params, opt_state = tr.update, tr.params, tr.opt_state
     history = []
-    bar = progress_bar(steps, "verify warm-up", disable=not progress)
-    for step in range(1, steps + 1):
+    if checkpoint_dir is not None and checkpoint_every < 1:
+        raise ValueError(f"train_verdicts checkpoint_every={checkpoint_every} must be >= 1 with a checkpoint_dir")
+    ckpt = Checkpointer(checkpoint_dir, max_to_keep=1) if checkpoint_dir is not None else None
+    key = replicated_value(jax.random.PRNGKey(seed), tr.mesh)  # unused; the checkpoint format carries one
+    start = 0
+    if ckpt is not None and ckpt.latest_step() is not None:
+        like = TrainState(replicated_value(jnp.asarray(0, jnp.int32), tr.mesh), params, opt_state, key)
+        state, extra = ckpt.restore(like)
+        if extra.get("steps") != steps or extra.get("rows") != len(rows.prompts):
+            raise ValueError(f"the verification warm-up checkpoint in {ckpt.directory} is of a {extra.get('steps')}-"
+                             f"step run on {extra.get('rows')} rows, this one has {steps} steps on "
+                             f"{len(rows.prompts)}; point it at a fresh directory or delete that one")
+        params, opt_state, start, history = state.params, state.opt_state, int(state.step), list(extra["history"])
+        rng.bit_generator.state = extra["rng"]
+        if solve:
+            solve_data.restore(extra["solve_data"])
+    end = steps if stop_after is None else min(steps, start + stop_after)
+    bar = progress_bar(steps, "verify warm-up", initial=start, disable=not progress)
+    for step in range(start + 1, end + 1):
         pick_rows = rng.choice(len(rows.prompts), size=min(batch_size, len(rows.prompts)), replace=False)
         batch = build_token_batch([rows.prompts[i] for i in pick_rows], [[int(rows.targets[i])] for i in pick_rows],
                                   [0.0] * len(pick_rows), None, "verify", pad_id=tokenizer.pad_id)
@@ -212,8 +236,14 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
         if writer is not None:
             writer.write(step, m, prefix="")
         history.append(m)
+        if ckpt is not None and (step % checkpoint_every == 0 or step == steps):
+            ckpt.save(TrainState(replicated_value(jnp.asarray(step, jnp.int32), tr.mesh), params, opt_state, key),
+                      {"history": history, "steps": steps, "rows": len(rows.prompts), "rng": rng.bit_generator.state,
+                       **({"solve_data": solve_data.state()} if solve else {})})
         bar.set_postfix(nll=f"{m['verify_warmup/nll']:.3f}")
         bar.update(1)
     bar.close()
+    if ckpt is not None:
+        ckpt.close()
     nnx.update(model, params)
     return history
