@@ -179,7 +179,7 @@ def test_verification_warmup_stopped_midway_resumes_to_the_same_model(tokenizer,
     assert [m["verify_warmup/nll"] for m in rest] == pytest.approx([m["verify_warmup/nll"] for m in hist], rel=1e-5)
     for a, b in zip(jax.tree.leaves(nnx.state(resumed)), jax.tree.leaves(nnx.state(straight))):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="9-step run on 24 rows, this one has 12 steps"):
+    with pytest.raises(ValueError, match="warm-up checkpoint in .* saved with steps=9, this run has steps=12"):
         train_verdicts(tiny_model(tokenizer), tokenizer, rows, ex, checkpoint_dir=ck, **{**kw, "steps": 12})
 
 

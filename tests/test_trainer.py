@@ -419,11 +419,11 @@ def test_sft_stopped_midway_resumes_from_its_checkpoint_to_the_same_model(tokeni
     assert sft_train(again, tokenizer, rows, checkpoint_dir=ck, **kw) == rest  # done: restored, nothing trained
     for a, b in zip(jax.tree.leaves(nnx.state(again)), jax.tree.leaves(nnx.state(resumed))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    with pytest.raises(ValueError, match="7-step run, this one has 9 steps"):
+    with pytest.raises(ValueError, match="saved with steps=7, this run has steps=9"):
         sft_train(tiny_model(tokenizer), tokenizer, rows, checkpoint_dir=ck, **{**kw, "steps": 9})
     with pytest.raises(ValueError, match="does not match these rows.*Delete that directory"):
         sft_train(tiny_model(tokenizer), tokenizer, rows[:20], checkpoint_dir=ck, **kw)
-    with pytest.raises(ValueError, match="checkpoint_every=0 must be >= 1"):
+    with pytest.raises(ValueError, match="SFT checkpoint_every=0 must be >= 1"):
         sft_train(tiny_model(tokenizer), tokenizer, rows, checkpoint_dir=ck, checkpoint_every=0, **kw)
 
 

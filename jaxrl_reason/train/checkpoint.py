@@ -48,3 +48,45 @@ class Checkpointer:
 
     def close(self):
         self._mngr.close()
+
+
+class LoopCheckpoints:
+    """The checkpoints of a supervised loop (the warm-up stages, `trainer.sft_train`, `verify_warmup.train_verdicts`):
+    params, optimizer state and the loop's host state (`extra`, JSON: data position, metrics so far) every `every`
+    steps and at the last, one kept; `restore` continues from the latest save. `what` names the loop in errors."""
+
+    def __init__(self, directory: str, every: int, mesh, what: str):
+        if every < 1:
+            raise ValueError(f"{what} checkpoint_every={every} must be >= 1 when checkpoint_dir is set")
+        from jaxrl_reason.train.state import replicated_value
+
+        self._replicated = lambda x: replicated_value(x, mesh)
+        self.ckpt, self.every, self.what = Checkpointer(directory, max_to_keep=1), every, what
+        self.key = self._replicated(jax.random.PRNGKey(0))  # unused by these loops; the checkpoint format has one
+
+    def restore(self, params, opt_state, expect: dict) -> Optional[tuple[int, object, object, dict]]:
+        """-> (step, params, opt_state, extra) of the latest save, or None when there is none. `expect`: entries
+        of `extra` this run must match (its step count, its rows), else a ValueError names the directory."""
+        if self.ckpt.latest_step() is None:
+            return None
+        import jax.numpy as jnp
+
+        like = TrainState(self._replicated(jnp.asarray(0, jnp.int32)), params, opt_state, self.key)
+        state, extra = self.ckpt.restore(like)
+        for k, v in expect.items():
+            if extra.get(k) != v:
+                raise ValueError(f"the {self.what} checkpoint in {self.ckpt.directory} was saved with {k}="
+                                 f"{extra.get(k)}, this run has {k}={v}; point it at a fresh directory or delete "
+                                 "that one")
+        return int(state.step), state.params, state.opt_state, extra
+
+    def save(self, step: int, last: int, params, opt_state, extra: dict) -> None:
+        """Saves at every `every`-th step and at step `last`."""
+        if step % self.every == 0 or step == last:
+            import jax.numpy as jnp
+
+            self.ckpt.save(TrainState(self._replicated(jnp.asarray(step, jnp.int32)), params, opt_state, self.key),
+                           extra)
+
+    def close(self):
+        self.ckpt.close()

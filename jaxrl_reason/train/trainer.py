@@ -35,7 +35,7 @@ from jaxrl_reason.rl.batch import build_token_batch, pack_rows, pad_rows_to, sco
 from jaxrl_reason.rl.losses import needs_reference, nonfinite_terms, scoring_temperatures, sft_spec, value_task_ids
 from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
 from jaxrl_reason.sampling.sampler import sample
-from jaxrl_reason.train.checkpoint import Checkpointer
+from jaxrl_reason.train.checkpoint import Checkpointer, LoopCheckpoints
 from jaxrl_reason.progress import progress_bar
 from jaxrl_reason.train.metrics import MetricsWriter
 from jaxrl_reason.train.state import TrainState, init_state, make_optimizer, replicated_value
@@ -520,8 +520,6 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     batches, the same schedule); None = no checkpoints. stop_after: stop after this many steps of this call (a
     pre-emption, for tests); the model then holds the params reached. log_offset: added to the step numbers the
     writer logs (a stage of several calls logs one series)."""
-    if checkpoint_dir is not None and checkpoint_every < 1:
-        raise ValueError(f"sft_train checkpoint_every={checkpoint_every} must be >= 1 when checkpoint_dir is set")
     terms = (sft_spec(("solve",), name="sft", aggregation="token_mean"),)
     opt = make_optimizer(lr, total_steps=steps, warmup_steps=warmup_steps, schedule=schedule)
     tr = start_training(model, opt, terms, mesh, rules=rules, micro_batches=micro_batches)
@@ -529,21 +527,17 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     row_multiple = micro_batches * pmesh.batch_shards(tr.mesh)
     data = DataIterator(list(examples), batch_size, seed=seed)
     history: list[dict] = []
-    ckpt = Checkpointer(checkpoint_dir, max_to_keep=1) if checkpoint_dir is not None else None
-    key = replicated_value(jax.random.PRNGKey(seed), tr.mesh)  # unused by SFT; the checkpoint format carries one
+    ckpt = LoopCheckpoints(checkpoint_dir, checkpoint_every, tr.mesh, "SFT") if checkpoint_dir is not None else None
     start = 0
-    if ckpt is not None and ckpt.latest_step() is not None:
-        like = TrainState(replicated_value(jnp.asarray(0, jnp.int32), tr.mesh), params, opt_state, key)
-        state, extra = ckpt.restore(like)
-        if extra.get("steps") != steps:
-            raise ValueError(f"the SFT checkpoint in {ckpt.directory} is of a {extra.get('steps')}-step run, this one "
-                             f"has {steps} steps; point it at a fresh directory or delete that one")
+    resumed = ckpt.restore(params, opt_state, {"steps": steps}) if ckpt is not None else None
+    if resumed is not None:
+        start, params, opt_state, extra = resumed
         try:
             data.restore(extra["data"])
         except ValueError as e:
-            raise ValueError(f"the SFT checkpoint in {ckpt.directory} does not match these rows: {e} Delete that "
-                             "directory to train from the start") from e
-        params, opt_state, start, history = state.params, state.opt_state, int(state.step), list(extra["history"])
+            raise ValueError(f"the SFT checkpoint in {ckpt.ckpt.directory} does not match these rows: {e} Delete "
+                             "that directory to train from the start") from e
+        history = list(extra["history"])
     end = steps if stop_after is None else min(steps, start + stop_after)
     bar = progress_bar(steps, "sft", initial=start, disable=not progress or not pmesh.is_main_process())
     for step in range(start + 1, end + 1):
@@ -557,10 +551,8 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
         if writer is not None:
             writer.write(log_offset + step, m, prefix="")
         history.append(m)
-        if ckpt is not None and (step % checkpoint_every == 0 or step == steps):
-            step_arr = replicated_value(jnp.asarray(step, jnp.int32), tr.mesh)
-            ckpt.save(TrainState(step_arr, params, opt_state, key),
-                      {"data": data.state(), "history": history, "steps": steps})
+        if ckpt is not None:
+            ckpt.save(step, steps, params, opt_state, {"data": data.state(), "history": history, "steps": steps})
         bar.set_postfix(nll=f"{m['sft/nll']:.3f}")
         bar.update(1)
     bar.close()

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -38,8 +37,8 @@ from jaxrl_reason.rl.losses import sft_spec
 from jaxrl_reason.sampling.sampler import sample
 from jaxrl_reason.progress import progress_bar
 from jaxrl_reason.train.metrics import MetricsWriter
-from jaxrl_reason.train.checkpoint import Checkpointer
-from jaxrl_reason.train.state import TrainState, make_optimizer, replicated_value
+from jaxrl_reason.train.checkpoint import LoopCheckpoints
+from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import checked_update, render_solve_prompts, score_rows, sft_rows
 from jaxrl_reason.train.update import start_training
 
@@ -201,19 +200,13 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
     tr = start_training(model, opt, terms, mesh, params=params)
     update, params, opt_state = tr.update, tr.params, tr.opt_state
     history = []
-    if checkpoint_dir is not None and checkpoint_every < 1:
-        raise ValueError(f"train_verdicts checkpoint_every={checkpoint_every} must be >= 1 with a checkpoint_dir")
-    ckpt = Checkpointer(checkpoint_dir, max_to_keep=1) if checkpoint_dir is not None else None
-    key = replicated_value(jax.random.PRNGKey(seed), tr.mesh)  # unused; the checkpoint format carries one
+    ckpt = (LoopCheckpoints(checkpoint_dir, checkpoint_every, tr.mesh, "verification warm-up")
+            if checkpoint_dir is not None else None)
     start = 0
-    if ckpt is not None and ckpt.latest_step() is not None:
-        like = TrainState(replicated_value(jnp.asarray(0, jnp.int32), tr.mesh), params, opt_state, key)
-        state, extra = ckpt.restore(like)
-        if extra.get("steps") != steps or extra.get("rows") != len(rows.prompts):
-            raise ValueError(f"the verification warm-up checkpoint in {ckpt.directory} is of a {extra.get('steps')}-"
-                             f"step run on {extra.get('rows')} rows, this one has {steps} steps on "
-                             f"{len(rows.prompts)}; point it at a fresh directory or delete that one")
-        params, opt_state, start, history = state.params, state.opt_state, int(state.step), list(extra["history"])
+    resumed = ckpt.restore(params, opt_state, {"steps": steps, "rows": len(rows.prompts)}) if ckpt else None
+    if resumed is not None:
+        start, params, opt_state, extra = resumed
+        history = list(extra["history"])
         rng.bit_generator.state = extra["rng"]
         if solve:
             solve_data.restore(extra["solve_data"])
@@ -236,8 +229,8 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
         if writer is not None:
             writer.write(step, m, prefix="")
         history.append(m)
-        if ckpt is not None and (step % checkpoint_every == 0 or step == steps):
-            ckpt.save(TrainState(replicated_value(jnp.asarray(step, jnp.int32), tr.mesh), params, opt_state, key),
+        if ckpt is not None:
+            ckpt.save(step, steps, params, opt_state,
                       {"history": history, "steps": steps, "rows": len(rows.prompts), "rng": rng.bit_generator.state,
                        **({"solve_data": solve_data.state()} if solve else {})})
         bar.set_postfix(nll=f"{m['verify_warmup/nll']:.3f}")
