@@ -11,6 +11,7 @@ from jaxrl_reason.inference.verifier import score, verify_rows
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.methods.rlv import RLV, balanced_indices
 from jaxrl_reason.rl.batch import TASKS, build_token_batch
+from jaxrl_reason.train.metrics import MetricsWriter, read_metrics
 from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig
 from jaxrl_reason.train.update import make_update
@@ -173,10 +174,15 @@ def test_verification_warmup_stopped_midway_resumes_to_the_same_model(tokenizer,
     straight = tiny_model(tokenizer)
     hist = run(straight)
     ck = str(tmp_path / "verify")
-    assert len(run(tiny_model(tokenizer), checkpoint_dir=ck, checkpoint_every=3, stop_after=5)) == 5
+    log = MetricsWriter(str(tmp_path / "logs"), tensorboard=False)
+    assert len(run(tiny_model(tokenizer), checkpoint_dir=ck, checkpoint_every=3, stop_after=5, writer=log)) == 5
     resumed = tiny_model(tokenizer, seed=7)
-    rest = run(resumed, checkpoint_dir=ck, checkpoint_every=3, stop_after=6)  # from step 3: 4..9
+    rest = run(resumed, checkpoint_dir=ck, checkpoint_every=3, stop_after=6, writer=log)  # from step 3: 4..9
+    log.close()
     assert [m["verify_warmup/nll"] for m in rest] == pytest.approx([m["verify_warmup/nll"] for m in hist], rel=1e-5)
+    logged = read_metrics(str(tmp_path / "logs"))  # steps 4-5, trained twice, logged once
+    assert [r["step"] for r in logged] == list(range(1, 10))
+    assert [r["verify_warmup/nll"] for r in logged] == pytest.approx([m["verify_warmup/nll"] for m in hist], rel=1e-5)
     for a, b in zip(jax.tree.leaves(nnx.state(resumed)), jax.tree.leaves(nnx.state(straight))):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="warm-up checkpoint in .* saved with steps=9, this run has steps=12"):

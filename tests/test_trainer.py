@@ -15,6 +15,7 @@ from jaxrl_reason.rewards.math import math_reward
 from jaxrl_reason.buckets import SCORED_BUCKETS
 from jaxrl_reason.rl.batch import build_token_batch, concat_batches, scored_size
 from jaxrl_reason.rl.losses import pg_spec, sft_spec
+from jaxrl_reason.train.metrics import MetricsWriter, read_metrics
 from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import NonFiniteLossError, Trainer, TrainerConfig
 from jaxrl_reason.rl.scoring import model_logprobs, reference_logprobs
@@ -104,6 +105,8 @@ def test_kill_and_resume_is_exact(tokenizer, tmp_path):
     part = make_trainer(tokenizer, str(tmp_path / "b"), reward=length_parity_reward)
     first = part.run(stop_after=2)
     part.close()  # "killed" after step 2: a new process would start from the checkpoint on disk
+    with open(tmp_path / "b" / "logs" / "metrics.jsonl", "a") as f:  # step 3 logged, killed before its save
+        f.write(json.dumps({"step": 3, "loss/pg": 123.0}) + "\n")
     resumed = make_trainer(tokenizer, str(tmp_path / "b"), reward=length_parity_reward)
     assert int(resumed.state.step) == 2
     rest = resumed.run()
@@ -116,6 +119,7 @@ def test_kill_and_resume_is_exact(tokenizer, tmp_path):
     assert all(r["grad_norm"] > 0 for r in ref) and ref[0]["grad_norm"] != ref[3]["grad_norm"]
     logged = [json.loads(x) for x in open(tmp_path / "b" / "logs" / "metrics.jsonl")]
     assert [r["step"] for r in logged] == [1, 2, 3, 4]
+    assert [r["loss/pg"] for r in logged] == [r["loss/pg"] for r in ref]  # step 3 as trained again
 
 
 def test_nonfinite_loss_stops_step_and_keeps_checkpoint(tokenizer, tmp_path):
@@ -406,13 +410,20 @@ def test_sft_stopped_midway_resumes_from_its_checkpoint_to_the_same_model(tokeni
     hist = sft_train(straight, tokenizer, rows, **kw)
     cut = tiny_model(tokenizer)
     ck = str(tmp_path / "sft")
-    first = sft_train(cut, tokenizer, rows, checkpoint_dir=ck, checkpoint_every=2, stop_after=3, **kw)
+    log = MetricsWriter(str(tmp_path / "logs"), tensorboard=False)
+    kw_log = dict(writer=log, log_offset=10, checkpoint_dir=ck, checkpoint_every=2)
+    first = sft_train(cut, tokenizer, rows, stop_after=3, **kw_log, **kw)
     assert len(first) == 3
     # another init, and too few steps left to reach step 7 from scratch: only the restored state ends right
     resumed = tiny_model(tokenizer, seed=5)
-    rest = sft_train(resumed, tokenizer, rows, checkpoint_dir=ck, checkpoint_every=2, stop_after=5, **kw)
+    rest = sft_train(resumed, tokenizer, rows, stop_after=5, **kw_log, **kw)
+    log.close()
     # the save at step 2 is the one resumed from: step 3 is trained again, then 4..7
     assert [m["sft/nll"] for m in rest] == pytest.approx([m["sft/nll"] for m in hist], rel=1e-5)
+    # step 3, logged before the cut and trained again, is in the log once
+    logged = read_metrics(str(tmp_path / "logs"))
+    assert [r["step"] for r in logged] == list(range(11, 18))
+    assert [r["sft/nll"] for r in logged] == pytest.approx([m["sft/nll"] for m in hist], rel=1e-5)
     for a, b in zip(jax.tree.leaves(nnx.state(resumed)), jax.tree.leaves(nnx.state(straight))):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     again = tiny_model(tokenizer, seed=6)

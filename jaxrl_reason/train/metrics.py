@@ -5,7 +5,7 @@ import json
 import math
 import os
 import time
-from typing import Mapping
+from typing import Mapping, Optional
 
 import numpy as np
 
@@ -55,6 +55,24 @@ class MetricsWriter:
                 self._tb.add_scalar(k, v, int(step))
             self._tb.flush()
         return scalars
+
+    def forget(self, after: int, through: Optional[int] = None) -> None:
+        """Drops the logged records with `after < step <= through` (None: every later step): the steps a resumed
+        loop trains again after its last save, so metrics.jsonl holds each step once. TensorBoard's event files are
+        append-only; its viewer shows the later value of a step written twice."""
+        if not self.enabled:
+            return
+        self._jsonl.close()
+        path = os.path.join(self.logdir, "metrics.jsonl")
+        with open(path) as f:
+            lines = [line for line in f if line.strip()]
+        last = math.inf if through is None else through
+        keep = [line for line in lines if not after < json.loads(line)["step"] <= last]
+        if len(keep) != len(lines):
+            with open(path + ".tmp", "w") as f:
+                f.writelines(keep)
+            os.replace(path + ".tmp", path)
+        self._jsonl = open(path, "a")
 
     def close(self):
         """Flushes and closes the files and TensorBoard's writer thread; a second call is a no-op."""

@@ -209,6 +209,7 @@ class Trainer:
             self.state, extra = self.ckpt.restore(self.state)
             self.data.restore(extra["data"])
             method.load_state_dict(extra.get("method", {}))
+            self.writer.forget(int(self.state.step))  # the steps after the save are trained (and logged) again
             if pmesh.is_main_process():
                 print(f"resumed from step {int(self.state.step)} in {self.ckpt.directory}")
 
@@ -538,6 +539,8 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
             raise ValueError(f"the SFT checkpoint in {ckpt.ckpt.directory} does not match these rows: {e} Delete "
                              "that directory to train from the start") from e
         history = list(extra["history"])
+        if writer is not None:
+            writer.forget(log_offset + start, log_offset + steps)
     end = steps if stop_after is None else min(steps, start + stop_after)
     bar = progress_bar(steps, "sft", initial=start, disable=not progress or not pmesh.is_main_process())
     for step in range(start + 1, end + 1):

@@ -210,6 +210,8 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
         rng.bit_generator.state = extra["rng"]
         if solve:
             solve_data.restore(extra["solve_data"])
+        if writer is not None:
+            writer.forget(start, steps)
     end = steps if stop_after is None else min(steps, start + stop_after)
     bar = progress_bar(steps, "verify warm-up", initial=start, disable=not progress)
     for step in range(start + 1, end + 1):
