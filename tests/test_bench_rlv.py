@@ -57,6 +57,44 @@ def test_checks_use_the_never_verify_trained_grpo_as_the_issues_baseline():
                                                   "rlv": rlv, "rloo_v": rloo_v}, checks, 4)
 
 
+def fake_summary(seed, rlv, plain, control):
+    return {"n": 4, "seed": seed, "checks": bench_rlv.issue_checks(plain, control, rlv, 4),
+            "grpo_plain": plain, "grpo": control, "rlv": rlv, "rloo_v": rlv}
+
+
+def test_medians_over_seeds_compare_the_median_values_and_refuse_mixed_benchmarks(tmp_path):
+    """Three seeds: one verifier far above the bar, two just below it -> the median misses; weighted beats majority on
+    two seeds of three -> the median meets it, and the per-seed values are in the table."""
+    plain = fake_eval(pass1=0.50, maj=0.55, bon=0.40, weighted=0.52, bal=0.5)
+    control = fake_eval(pass1=0.50, maj=0.55, bon=0.60, weighted=0.56)
+    seeds = [fake_summary(0, fake_eval(0.50, 0.56, 0.80, 0.70, bal=0.95), plain, control),
+             fake_summary(1, fake_eval(0.49, 0.55, 0.55, 0.56, bal=0.74), plain, control),
+             fake_summary(2, fake_eval(0.47, 0.54, 0.45, 0.53, bal=0.70), plain, control)]
+    out, table = bench_rlv.seed_medians(seeds)
+    by = {c["check"]: c for c in out["checks"]}
+    bal = by["GRPO^V verifier balanced accuracy >= 75%"]
+    assert (bal["measured"], bal["met"]) == (0.74, False)
+    weighted = by["GRPO^V weighted@4 > GRPO^V maj@4"]
+    assert (weighted["measured"], weighted["against"], weighted["met"]) == (0.56, 0.55, True)
+    assert weighted["difference"] == pytest.approx(0.01)
+    bon = by["GRPO^V BoN@4 (self) > GRPO BoN@4 (LLM-as-a-judge)"]
+    assert (bon["measured"], bon["against"], bon["met"]) == (0.55, 0.40, True)
+    assert out["arms"]["rlv"]["pass@1"] == 0.49 and out["seeds"] == [0, 1, 2]
+    assert "70.0 / 56.0, 56.0 / 55.0, 53.0 / 54.0" in table
+    # a run with another N is another benchmark
+    with pytest.raises(ValueError, match="differ in N"):
+        bench_rlv.seed_medians(seeds[:2] + [{**seeds[2], "n": 16}])
+    # the CLI: summaries read from workdirs, medians written beside
+    for s in seeds:
+        os.makedirs(tmp_path / f"s{s['seed']}")
+        json.dump(s, open(tmp_path / f"s{s['seed']}" / "summary.json", "w"))
+    res = bench_rlv.main(["--medians"] + [str(tmp_path / f"s{i}") for i in range(3)] + ["--workdir",
+                                                                                      str(tmp_path / "med")])
+    assert res["checks"] == out["checks"] and os.path.exists(tmp_path / "med" / "medians.md")
+    with pytest.raises(SystemExit, match="no .*summary.json"):
+        bench_rlv.main(["--medians", str(tmp_path / "missing"), "--workdir", str(tmp_path / "med")])
+
+
 def test_the_summary_reports_each_runs_warm_up_verifier_and_greedy_accuracy(tmp_path):
     """The warm-up's verifier (every round of a check stage with a target) and each run's greedy accuracy before
     and after RL, from the runs' results.json; a run without one is left out."""

@@ -2,6 +2,7 @@
 
     python experiments/research/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--seed 1]
         [--grpo-config C --rlv-config C]    # e.g. experiments/configs/testbed_latin_check.py for both
+    python experiments/research/bench_rlv.py --medians DIR DIR DIR --workdir OUT   # the checks over seeds
 
 Trains (or resumes; a finished run is only evaluated) four runs of one config (default `configs/rlv.py`, the CPU
 default task) that share one tokenizer and the same SFT on worked solutions (config and seed; the plain arm runs
@@ -48,6 +49,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
+
+import numpy as np  # noqa: E402
 
 from jaxrl_reason.configs import load_config_file  # noqa: E402
 
@@ -272,6 +275,55 @@ def warmup_report(workdirs: dict) -> tuple[dict, str]:
     return out, table
 
 
+def seed_medians(summaries: list) -> tuple[dict, str]:
+    """The issue's checks as medians over independent seeds, from one `summary.json` per seed: per check the median
+    measured value against the median of what it is compared with (the issue's reading: "median over three
+    training seeds"), with the median of the per-seed differences and every seed's values beside it; then each
+    arm's median pass@1, maj@N, BoN@N, weighted@N and verifier. -> (the numbers, their markdown)."""
+    ns = {s["n"] for s in summaries}
+    if len(ns) != 1 or len({len(s["checks"]) for s in summaries}) != 1:
+        raise ValueError(f"seed_medians: the summaries differ in N ({sorted(ns)}) or in their checks; give runs of "
+                         "the same benchmark")
+    n, med = ns.pop(), lambda xs: float(np.median(xs))  # noqa: E731
+    fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
+    checks, rows = [], []
+    for i, c in enumerate(summaries[0]["checks"]):
+        per = [s["checks"][i] for s in summaries]
+        if any(p["check"] != c["check"] for p in per):
+            raise ValueError(f"seed_medians: check {i} differs between the summaries: {[p['check'] for p in per]}")
+        if any(p["measured"] is None for p in per):
+            got = dict(check=c["check"], measured=None, against=None, difference=None, met=False, issue=c["issue"])
+        else:
+            m, a = med([p["measured"] for p in per]), med([p["against"] for p in per])
+            got = dict(check=c["check"], measured=m, against=a, issue=c["issue"],
+                       difference=med([p["measured"] - p["against"] for p in per]),
+                       met=m >= a if " >= " in c["check"] else m > a)
+        checks.append(got)
+        seeds = ", ".join(f"{fmt(p['measured'])} / {fmt(p['against'])}" for p in per)
+        rows.append(f"| {c['check']}{'' if c['issue'] else ' (not an issue check)'} | {fmt(got['measured'])} | "
+                    f"{fmt(got['against'])} | {fmt(got['difference'])} | {seeds} | "
+                    f"{'yes' if got['met'] else '**no**'} |")
+    seeds = ", ".join(str(s.get("seed")) for s in summaries)
+    table = [f"| check (median over seeds {seeds}) | measured | against | median difference | per seed, measured / "
+             "against | met |", "|---|---|---|---|---|---|"] + rows
+    arms = {}
+    table += ["", f"| policy (median) | pass@1 | maj@{n} | BoN@{n} | weighted@{n} | verifier bal. acc. | "
+              "AUROC within a question |", "|---|---|---|---|---|---|---|"]
+    for arm, (label, _) in ARM_LABELS.items():
+        res = [s[arm] for s in summaries]
+        within = [r["verifier"]["self"].get("within_question_auroc") for r in res]
+        arms[arm] = {"pass@1": med([at(r, "pass", 1) for r in res]),
+                     f"majority@{n}": med([at(r, "majority", n) for r in res]),
+                     f"best_of_n@{n}": med([at(r, "best_of_n", n) for r in res]),
+                     f"weighted@{n}": med([at(r, "weighted", n) for r in res]),
+                     "balanced_accuracy": med([r["verifier"]["self"]["balanced_accuracy"] for r in res]),
+                     "within_question_auroc": None if None in within else med(within)}
+        table.append(f"| {label} | " + " | ".join(fmt(v) if "auroc" not in k else
+                                                   ("n/a" if v is None else f"{v:.3f}")
+                                                   for k, v in arms[arm].items()) + " |")
+    return {"n": n, "seeds": [s.get("seed") for s in summaries], "checks": checks, "arms": arms}, "\n".join(table)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", default="runs/bench_rlv")
@@ -286,7 +338,12 @@ def main(argv=None):
                     help="every arm's seed (model init, data split and order, sampling, evaluation); default: the "
                          "GRPO^V config's. A new seed with a new --workdir is an independent repeat of the benchmark")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--medians", nargs="+", metavar="WORKDIR",
+                    help="train nothing: print the issue's checks as medians over these finished workdirs (one seed "
+                         "each) and write medians.json / medians.md to --workdir")
     args = ap.parse_args(argv)
+    if args.medians:
+        return write_medians(args.medians, args.workdir)
 
     from absl import logging
     logging.set_verbosity(logging.WARNING)
@@ -344,6 +401,23 @@ def main(argv=None):
     plot(evals, os.path.join(workdir, "accuracy_vs_k.png"))
     print(f"\nwrote {workdir}/summary.md, summary.json, accuracy_vs_k.png ({time.time() - t0:.0f} s)")
     return summary
+
+
+def write_medians(workdirs: list, out: str) -> dict:
+    summaries = []
+    for w in workdirs:
+        path = os.path.join(w, "summary.json")
+        if not os.path.exists(path):
+            raise SystemExit(f"--medians: no {path}; run the benchmark in {w} to its end first")
+        summaries.append(json.load(open(path)))
+    result, table = seed_medians(summaries)
+    result["workdirs"] = [os.path.abspath(w) for w in workdirs]
+    os.makedirs(out, exist_ok=True)
+    json.dump(result, open(os.path.join(out, "medians.json"), "w"), indent=2)
+    open(os.path.join(out, "medians.md"), "w").write(table + "\n")
+    print(table)
+    print(f"\nwrote {os.path.abspath(out)}/medians.md, medians.json")
+    return result
 
 
 def plot(evals: dict, path: str) -> None:
