@@ -882,8 +882,11 @@ def test_check_warmup_trains_more_rounds_until_its_held_out_target(tmp_path):
         _, report = warmed_up_policy(rc, tok, task, str(d))
         r = report["check_warmup"]
         seen[target] = (r["rounds"], len(r["after_rounds"]), r["after_rounds"][-1] == r["after"]["balanced_acc"])
-        steps = [json.loads(x)["step"] for x in open(d / "logs_check_warmup" / "metrics.jsonl")]
+        logged = [json.loads(x) for x in open(d / "logs_check_warmup" / "metrics.jsonl")]
+        steps = [x["step"] for x in logged if "sft/nll" in x]
         assert steps == list(range(1, 20 * r["rounds"] + 1))  # one series over the rounds
+        held = [(x["step"], x["check_warmup/heldout_balanced_acc"]) for x in logged if "sft/nll" not in x]
+        assert held == [(20 * (i + 1), a) for i, a in enumerate(r["after_rounds"])]  # each round's, as it ends
     assert seen == {0.99: (2, 2, True), 0.01: (1, 1, True)}
 
 

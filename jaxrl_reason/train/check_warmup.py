@@ -144,6 +144,8 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
                           pack=pack, checkpoint_dir=ck, checkpoint_every=checkpoint_every, log_offset=r * steps)
         after = check_accuracy(model, tokenizer, held, check_tokens, task)
         rounds.append(after["balanced_acc"])
+        if writer is not None:  # a long stage's rounds, readable while it runs
+            writer.write((r + 1) * steps, {"check_warmup/heldout_balanced_acc": after["balanced_acc"]})
         if after["balanced_acc"] >= target:
             break
     return {"rows": len(rows) - len(extra_rows), "extra_rows": len(extra_rows), "solve_rows": len(solve),
