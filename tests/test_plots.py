@@ -80,6 +80,16 @@ def test_training_curves_reads_non_finite_values_the_writer_stores_as_strings(tm
     assert y[0] == 1.0 and np.isnan(y[1])
 
 
+def test_training_curves_draw_a_step_logged_twice_once_at_its_later_value():
+    """A run resumed before the writer forgot the steps after its last save logged them twice; the later one is the
+    step as trained again."""
+    records = [{"step": 1, "x": 1.0}, {"step": 2, "x": 2.0}, {"step": 3, "x": 9.0}, {"step": 2, "x": 2.5},
+               {"step": 3, "x": 3.0}, {"step": 4, "x": 4.0}]
+    steps, y = plots.training_curves(records, "x").axes[0].lines[0].get_data()
+    np.testing.assert_array_equal(steps, [1, 2, 3, 4])
+    np.testing.assert_array_equal(y, [1.0, 2.5, 3.0, 4.0])
+
+
 def test_test_time_curves_draws_lines_and_bands(tmp_path):
     curves = {
         "majority": [{"k": 4, "acc": 0.5, "lo": 0.4, "hi": 0.6}, {"k": 1, "acc": 0.3, "lo": 0.2, "hi": 0.4}],

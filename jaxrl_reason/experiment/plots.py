@@ -27,7 +27,9 @@ _TEST_TIME_X = {"k": "samples per question k", "tokens": "tokens spent per quest
 
 
 def read_records(metrics: Records) -> list[dict]:
-    """Metric records from a JSONL path (or a run's log directory holding metrics.jsonl), or a list of dicts.
+    """Metric records from a JSONL path (or a run's log directory holding metrics.jsonl), or a list of dicts, one
+    per step: the records of a step are merged, a key logged twice at its later value (a run resumed before
+    `MetricsWriter.forget` existed logged the steps after its last save twice; the later is the step as trained).
 
     Every record must carry "step": a curve is drawn against it.
     """
@@ -44,7 +46,10 @@ def read_records(metrics: Records) -> list[dict]:
     for i, r in enumerate(records):
         if "step" not in r:
             raise ValueError(f"metrics: record {i} has no 'step' (keys: {sorted(r)}); every record needs one")
-    return records
+    by_step: dict = {}
+    for r in records:
+        by_step.setdefault(r["step"], {}).update(r)
+    return list(by_step.values())
 
 
 def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
