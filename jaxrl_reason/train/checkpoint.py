@@ -64,9 +64,12 @@ class LoopCheckpoints:
         self.ckpt, self.every, self.what = Checkpointer(directory, max_to_keep=1), every, what
         self.key = self._replicated(jax.random.PRNGKey(0))  # unused by these loops; the checkpoint format has one
 
-    def restore(self, params, opt_state, expect: dict) -> Optional[tuple[int, object, object, dict]]:
+    def restore(self, params, opt_state, expect: dict, *, writer=None,
+                log_offset: int = 0) -> Optional[tuple[int, object, object, dict]]:
         """-> (step, params, opt_state, extra) of the latest save, or None when there is none. `expect`: entries
-        of `extra` this run must match (its step count, its rows), else a ValueError names the directory."""
+        of `extra` this run must match (its step count "steps", its rows), else a ValueError names the directory.
+        writer: the loop's MetricsWriter (logging at `log_offset + step`); the records it holds after the save,
+        which the loop trains again, are forgotten."""
         if self.ckpt.latest_step() is None:
             return None
         import jax.numpy as jnp
@@ -78,6 +81,8 @@ class LoopCheckpoints:
                 raise ValueError(f"the {self.what} checkpoint in {self.ckpt.directory} was saved with {k}="
                                  f"{extra.get(k)}, this run has {k}={v}; point it at a fresh directory or delete "
                                  "that one")
+        if writer is not None:
+            writer.forget(log_offset + int(state.step), log_offset + expect["steps"])
         return int(state.step), state.params, state.opt_state, extra
 
     def save(self, step: int, last: int, params, opt_state, extra: dict) -> None:

@@ -530,7 +530,8 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
     history: list[dict] = []
     ckpt = LoopCheckpoints(checkpoint_dir, checkpoint_every, tr.mesh, "SFT") if checkpoint_dir is not None else None
     start = 0
-    resumed = ckpt.restore(params, opt_state, {"steps": steps}) if ckpt is not None else None
+    resumed = (ckpt.restore(params, opt_state, {"steps": steps}, writer=writer, log_offset=log_offset)
+               if ckpt is not None else None)
     if resumed is not None:
         start, params, opt_state, extra = resumed
         try:
@@ -539,8 +540,6 @@ def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: fl
             raise ValueError(f"the SFT checkpoint in {ckpt.ckpt.directory} does not match these rows: {e} Delete "
                              "that directory to train from the start") from e
         history = list(extra["history"])
-        if writer is not None:
-            writer.forget(log_offset + start, log_offset + steps)
     end = steps if stop_after is None else min(steps, start + stop_after)
     bar = progress_bar(steps, "sft", initial=start, disable=not progress or not pmesh.is_main_process())
     for step in range(start + 1, end + 1):

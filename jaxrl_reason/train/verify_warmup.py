@@ -203,15 +203,14 @@ def train_verdicts(model, tokenizer, rows, solve_examples: Sequence = (), *, ste
     ckpt = (LoopCheckpoints(checkpoint_dir, checkpoint_every, tr.mesh, "verification warm-up")
             if checkpoint_dir is not None else None)
     start = 0
-    resumed = ckpt.restore(params, opt_state, {"steps": steps, "rows": len(rows.prompts)}) if ckpt else None
+    resumed = (ckpt.restore(params, opt_state, {"steps": steps, "rows": len(rows.prompts)}, writer=writer)
+               if ckpt else None)
     if resumed is not None:
         start, params, opt_state, extra = resumed
         history = list(extra["history"])
         rng.bit_generator.state = extra["rng"]
         if solve:
             solve_data.restore(extra["solve_data"])
-        if writer is not None:
-            writer.forget(start, steps)
     end = steps if stop_after is None else min(steps, start + stop_after)
     bar = progress_bar(steps, "verify warm-up", initial=start, disable=not progress)
     for step in range(start + 1, end + 1):
