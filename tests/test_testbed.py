@@ -927,13 +927,14 @@ def test_check_warmup_of_critiques_trains_the_check_under_the_critique_prompt(tm
     the check; held-out accuracy is read from the verdict the greedy critique writes after its check. 'correction'
     (data.correction_format='worked_check'): corrections that open with the check of the attempt, held-out accuracy
     the right attempts kept and the wrong ones corrected. With sft.pack the SFT and the stage train on packed
-    rows."""
+    rows. Critiques take CURE's guided re-solves along (sft.check_guided_share), which the stage would erase."""
     from jaxrl_reason.experiment.data import build_data, critique_check_fn
     from jaxrl_reason.experiment.model import build_tokenizer
     from jaxrl_reason.experiment.pipeline import start
     from jaxrl_reason.experiment.warmup import warmed_up_policy
 
-    c = _check_cfg(tmp_path, check_rows=rows_as, check_steps=30, pack=True)
+    c = _check_cfg(tmp_path, check_rows=rows_as, check_steps=30, pack=True,
+                   check_guided_share=0.5 if rows_as == "critique" else 0.0)
     c.data.verify_format = "verdict"
     setattr(c.data, f"{rows_as}_format", "worked_check")
     rc, _ = start(c)
@@ -941,7 +942,9 @@ def test_check_warmup_of_critiques_trains_the_check_under_the_critique_prompt(tm
     tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
     _, report = warmed_up_policy(rc, tok, task, str(tmp_path))
     r = report["check_warmup"]
-    assert (r["rows"], r["heldout_rows"], r["solve_rows"]) == (36, 4, 36)
+    guided = 10 if rows_as == "critique" else 0  # 0.5 x 20 questions
+    solves = min(36 + guided, rc.sft.examples)  # one worked solution per row, as many as the SFT slice holds
+    assert (r["rows"], r["heldout_rows"], r["extra_rows"], r["solve_rows"]) == (36, 4, guided, solves)
     assert r["last_nll"] < r["first_nll"]
     for k in ("before", "after"):
         assert r[k]["rows"] == 4 and 0.0 <= r[k]["balanced_acc"] <= 1.0
@@ -951,6 +954,36 @@ def test_check_warmup_of_critiques_trains_the_check_under_the_critique_prompt(tm
         check = ls.check_text(e.question, ls.TASK.parse(e.solution))
         assert critique_check_fn(rc.data)(e.question, e.solution) == check
         assert critique_check_fn(dataclasses.replace(rc.data, critique_format="fields")) is None
+
+
+def test_check_guided_rows_are_guided_re_solves_of_the_stage_s_training_questions(tmp_path):
+    """sft.check_guided_share: share x check_questions guided re-solves (the hint before the problem in the run's
+    layout, the worked solution the target), none of a held-out question; refused unless the rows are critiques."""
+    from jaxrl_reason.data.prompts import guided_prompt
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.experiment.warmup import check_guided_rows, guided_layout
+    from jaxrl_reason.train.check_warmup import heldout_questions
+
+    c = _check_cfg(tmp_path, check_rows="critique", check_guided_share=0.5)
+    c.data.verify_format, c.data.critique_format = "verdict", "worked_check"
+    rc, _ = start(c)
+    task = build_data(rc.data, rc.seed)
+    rows = check_guided_rows(rc, task)
+    held = {e.question for e in task.train[:heldout_questions(20)]}
+    train = {e.question: e for e in task.train[heldout_questions(20):20]}
+    assert len(rows) == 10 and all(r.meta["format"] == "guided" for r in rows)
+    for r in rows:
+        q = r.meta["question"]
+        assert q in train and q not in held and r.solution == train[q].solution
+        head, tail = guided_prompt(q, "\0", guided_layout(rc)).split("\0")  # the prompt around its hint
+        assert r.question.startswith(head) and r.question.endswith(tail)
+        assert len(r.question) > len(head) + len(tail) + 20  # a hint of words, not an empty one
+    assert check_guided_rows(dataclasses.replace(rc, sft=dataclasses.replace(rc.sft, check_guided_share=0.0)),
+                             task) == []
+    c.sft.check_rows, c.data.correction_format = "correction", "worked_check"
+    with pytest.raises(ValueError, match="check_guided_share"):
+        start(c)
 
 
 def test_the_worked_check_preset_starts_with_its_stage():
@@ -969,6 +1002,7 @@ def test_the_worked_check_cure_preset_starts_with_its_critique_check_stage():
     rc, method = start(get_config())
     assert (rc.data.critique_format, rc.sft.check_rows, rc.sft.check_steps) == ("worked_check", "critique", 1500)
     assert rc.data.verify_format == "verdict" and rc.model.hidden_size == 256 and rc.sft.pack
+    assert rc.sft.check_guided_share == 0.5  # the stage keeps the guided re-solve alive
     assert type(method).__name__ == "CURE" and method.guided_layout == "first"
 
 

@@ -124,6 +124,9 @@ class SftSection:
     check_batch_size: int = 40  # rows per step, check and worked-solution rows mixed
     check_lr: float = 1e-3  # its learning rate (cosine schedule)
     check_solve_share: float = 1.0  # worked solutions mixed in per check row (keeps the solving skill)
+    # CURE guided re-solve rows mixed in, per check question: the stage otherwise erases the re-solve
+    # (docs/results/cure_testbed.md, worked-check critique); needs check_rows critique
+    check_guided_share: float = 0.0
     # held-out balanced accuracy the stage must reach: below it after check_steps, another round of check_steps
     # follows (a fresh schedule), up to check_rounds in all (0 = one round, whatever it reaches)
     check_target: float = 0.0

@@ -165,6 +165,12 @@ def check_check_warmup(rc: RunConfig) -> None:
         raise ValueError(f"config sft.check_batch_size={s.check_batch_size} must be >= 1")
     if s.check_solve_share < 0:
         raise ValueError(f"config sft.check_solve_share={s.check_solve_share} must be >= 0")
+    if s.check_guided_share < 0:
+        raise ValueError(f"config sft.check_guided_share={s.check_guided_share} must be >= 0")
+    if s.check_guided_share > 0 and s.check_rows != "critique":
+        raise ValueError(f"config sft.check_guided_share={s.check_guided_share} mixes CURE's guided re-solves into "
+                         f"the worked-check stage, but sft.check_rows={s.check_rows!r}; set sft.check_rows='critique' "
+                         "or sft.check_guided_share=0")
     if not 0.0 <= s.check_target < 1.0:
         raise ValueError(f"config sft.check_target={s.check_target} must be in [0, 1): the held-out balanced accuracy "
                          "the stage trains towards (0 = one round of sft.check_steps)")
@@ -306,6 +312,21 @@ def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: 
     return res
 
 
+def check_guided_rows(rc: RunConfig, task: TaskData) -> list:
+    """`sft.check_guided_share` x `sft.check_questions` CURE guided re-solve rows (`data.testbed.auxiliary_rows`:
+    the problem and a hint, the worked solution) for the worked-check stage, from its training questions (not
+    the held-out ones), in the run's guided layout; [] at share 0."""
+    from jaxrl_reason.train.check_warmup import heldout_questions
+
+    s = rc.sft
+    n = int(round(s.check_guided_share * s.check_questions))
+    if n <= 0:
+        return []
+    questions = list(task.train[heldout_questions(s.check_questions):s.check_questions])
+    return auxiliary_rows(task_of(rc.data.source), questions, verify=0, critique=0, correct=0, guided=n,
+                          seed=rc.seed, guided_layout=guided_layout(rc), critique_format=rc.data.critique_format)
+
+
 def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> dict:
     """The worked-check warm-up (`train/check_warmup.py`) on the SFT slice's first `sft.check_questions`
     questions, with the slice's worked solutions mixed in. Logs to logs_check_warmup/."""
@@ -321,14 +342,15 @@ def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: s
                        inject_extent=rc.data.inject_extent, rows_as=s.check_rows, prompt_fn=task.prompt_fn,
                        writer=writer, progress=rc.rl.progress, mesh=mesh, pack=s.pack,
                        target=s.check_target, max_rounds=s.check_rounds if s.check_target > 0 else 1,
-                       **stage_checkpoints(rc, workdir, "check_warmup"))
+                       extra_rows=check_guided_rows(rc, task), **stage_checkpoints(rc, workdir, "check_warmup"))
     writer.close()
     res["seconds"] = time.time() - t
     b, a = res["before"]["balanced_acc"], res["after"]["balanced_acc"]
     rounds = "" if res["rounds"] == 1 else f" ({res['rounds']} rounds: " + ", ".join(
         f"{x:.1%}" for x in res["after_rounds"]) + ")"
-    print(f"worked-check warm-up: {res['rows']} check rows + {res['solve_rows']} worked solutions; held-out balanced "
-          f"accuracy {b:.1%} -> {a:.1%}{rounds}")
+    guided = f" + {res['extra_rows']} guided re-solves" if res["extra_rows"] else ""
+    print(f"worked-check warm-up: {res['rows']} check rows{guided} + {res['solve_rows']} worked solutions; held-out "
+          f"balanced accuracy {b:.1%} -> {a:.1%}{rounds}")
     if a < s.check_target:
         print(f"worked-check warm-up: WARNING held-out balanced accuracy {a:.1%} is below sft.check_target="
               f"{s.check_target:.1%} after {res['rounds']} rounds (sft.check_rounds); RL starts from it anyway")

@@ -109,7 +109,8 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
     examples: the questions whose contrast pairs it trains on (the first `heldout_questions(len(examples))` held
     out); solve_examples: the worked solutions mixed in, `solve_share` per check row (at least one);
     rows_as: the pairs as verify rows or as critiques that open with the check (`data.testbed.check_pairs`);
-    extra_rows: more verify rows to train on beside the pairs (e.g. checks of the policy's own attempts);
+    extra_rows: more rows to train on beside the pairs, each question its whole user turn (checks of the
+    policy's own attempts; CURE's guided re-solves, which the stage would otherwise erase);
     span_weights: per-token loss weights on the rows' target spans (`trainer.sft_rows`); pack, checkpoint_dir,
     checkpoint_every: `sft_train`'s (a stopped warm-up resumes from its checkpoint; `before` is measured on the
     model passed in, which must then be the one it started from).
