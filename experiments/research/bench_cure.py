@@ -74,6 +74,12 @@ def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: i
                            "train_tokens": token_curve(cfg.workdir)["total_tokens"]})
 
 
+def critique_budget(cfg) -> int:
+    """The test-time critique budget: the CURE run's, plus data.check_tokens when the critic writes the check."""
+    return int(cfg.method.extra.critique_max_new_tokens) + (
+        int(cfg.data.check_tokens) if cfg.data.critique_format == "worked_check" else 0)
+
+
 def checks(grpo: dict, cure: dict) -> dict:
     g, c = grpo["refinement"]["rows"], cure["refinement"]["rows"]
     gain = lambda rows: rows[1]["acc"] - rows[0]["acc"]  # noqa: E731
@@ -105,9 +111,7 @@ def main(argv=None):
     # (the GRPO arm's method knobs are dropped). The training budget counts what follows the forced start; with a
     # worked check the critic writes the check itself at test time, so its budget (data.check_tokens) is added.
     critique_format = str(base.data.critique_format)
-    critique_tokens = int(base.method.extra.critique_max_new_tokens)
-    if critique_format == "worked_check":
-        critique_tokens += int(base.data.check_tokens)
+    critique_tokens = critique_budget(base)
     guided_layout = str(base.method.extra.guided_layout)
 
     from absl import logging

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import numpy as np  # noqa: E402
 
 from against_grpo import load_arm  # noqa: E402
+from bench_cure import critique_budget  # noqa: E402
 from jaxrl_reason.configs import load_config_file  # noqa: E402
 
 
@@ -43,12 +44,6 @@ def repair(cfg, model, tokenizer, task, *, steps: int, guided: int, critique: in
     sft_train(model, tokenizer, rows + base[n:2 * n], steps=steps, batch_size=cfg.sft.batch_size,
               lr=cfg.sft.own_attempt_lr, warmup_steps=cfg.sft.warmup_steps, seed=seed, progress=False,
               pack=cfg.sft.pack, prompt_fn=lambda q: q if q in turns else task.prompt_fn(q))
-
-
-def critique_budget(cfg) -> int:
-    """bench_cure's critique budget: the method's, plus the check's tokens when the critique opens with it."""
-    extra = 160 if "critique_max_new_tokens" not in cfg.method.extra else int(cfg.method.extra.critique_max_new_tokens)
-    return extra + (int(cfg.data.check_tokens) if cfg.data.critique_format == "worked_check" else 0)
 
 
 def probe(cfg, model, tokenizer, examples, task, *, seed: int = 0) -> dict:
