@@ -20,3 +20,66 @@ def test_checks_compare_cure_with_grpo():
     # a CURE model that loses accuracy by refining, critiques worse, or forgets how to solve fails each check
     c = bench_cure.checks(arm(0.40, 0.40, 0.38, 0.70, 0.99), arm(0.37, 0.37, 0.36, 0.60, 0.80))
     assert not (c["gain_positive_and_larger"] or c["f1_higher"] or c["well_formed_90"] or c["pass1_within_2"])
+
+
+# ------------------------------------------------------------------------------ refine_probe.py's counts
+
+import types  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import refine_probe  # noqa: E402
+from jaxrl_reason.configs import load_config_file  # noqa: E402
+from jaxrl_reason.data.prompts import critique_prompt, guided_prompt, solve_prompt  # noqa: E402
+from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer  # noqa: E402
+from jaxrl_reason.rewards.base import RewardResult  # noqa: E402
+
+HINT = "write each row again and check that no digit repeats in it before you give the answer"
+CONFIG = os.path.join(os.path.dirname(RESEARCH), "configs", "cure.py")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    qs = [f"QUESTION[{i}]" for i in range(8)]
+    texts = [solve_prompt(q) for q in qs] + [critique_prompt(q, "ANSWER wrong") for q in qs]
+    texts += [guided_prompt(q, HINT) for q in qs] + [f"ANSWER {q}" for q in qs]
+    return train_tiny_tokenizer(texts, str(tmp_path_factory.mktemp("tok")), vocab_size=512)
+
+
+def test_refine_probe_splits_the_round_by_first_attempt_and_verdict(tokenizer):
+    """8 questions, a scripted policy: first attempts right on 0-3; the critic flags the wrong attempts but 7's, and
+    also right 0; guided re-solves come out right on 0 and 4; a fresh unguided sample is right on 5 only."""
+    right_first, flagged, guided_right, fresh_right = {0, 1, 2, 3}, {0, 4, 5, 6}, {0, 4}, {5}
+    solves = {}
+
+    def generate(prompts, *, max_new_tokens):
+        out = []
+        for p in prompts:
+            text = tokenizer.decode(p)
+            q = int(text.split("QUESTION[")[1].split("]")[0])
+            if "Find the earliest error" in text:
+                reply = (f"ERROR_FOUND: {'true' if q in flagged else 'false'}\nERROR_QUOTE: the answer line\n"
+                         f"WHY_IT_MATTERS: y\nHIGH_LEVEL_HINT: {HINT}")
+            elif "Guidance for solving" in text:
+                reply = f"ANSWER {q if q in guided_right else 'wrong'}"
+            else:  # a plain solve: the first attempt, then the fresh sample
+                solves[q] = solves.get(q, 0) + 1
+                ok = q in (right_first if solves[q] == 1 else fresh_right)
+                reply = f"ANSWER {q if ok else 'wrong'}"
+            out.append(tokenizer.encode(reply)[:max_new_tokens])
+        return out
+
+    def reward_fn(texts, examples):
+        return RewardResult(np.array([f"ANSWER {e.answer}" in t for t, e in zip(texts, examples)], np.float32),
+                            [{}] * len(texts))
+
+    cfg = load_config_file(CONFIG)
+    examples = [types.SimpleNamespace(question=f"QUESTION[{i}]", answer=str(i)) for i in range(8)]
+    task = types.SimpleNamespace(prompt_fn=solve_prompt, reward_fn=reward_fn)
+    c = refine_probe.probe(cfg, None, tokenizer, examples, task, generate=generate)
+    assert (c["round0"], c["round1"]) == (0.5, 5 / 8)  # right: 1, 2, 3 kept; 0 re-solved right; 4 fixed
+    assert (c["wrong_redone"], c["fixed"], c["fresh_fixed"], c["wrong_kept"]) == (3, 1, 1, 1)
+    assert (c["right_redone"], c["right_stayed"], c["right_kept"]) == (1, 1, 3)
+    assert c["well_formed"] == 1.0
+    assert sorted(q for q, n in solves.items() if n == 2) == [4, 5, 6]  # the fresh sample: flagged wrong ones only

@@ -46,8 +46,9 @@ def repair(cfg, model, tokenizer, task, *, steps: int, guided: int, critique: in
               pack=cfg.sft.pack, prompt_fn=lambda q: q if q in turns else task.prompt_fn(q))
 
 
-def probe(cfg, model, tokenizer, examples, task, *, seed: int = 0) -> dict:
-    """One refinement round and a fresh-sample baseline -> counts (see the module docstring)."""
+def probe(cfg, model, tokenizer, examples, task, *, seed: int = 0, generate=None) -> dict:
+    """One refinement round and a fresh-sample baseline -> counts (see the module docstring). `generate`
+    (`inference.refine.Generate`) replaces the model's sampler, for a scripted test."""
     from jaxrl_reason.experiment.warmup import guided_layout
     from jaxrl_reason.inference.refine import VERDICT_NO_ERROR, _decode, _scores, make_generate, self_refine
 
@@ -55,13 +56,14 @@ def probe(cfg, model, tokenizer, examples, task, *, seed: int = 0) -> dict:
     r = self_refine(model, tokenizer, examples, task.reward_fn, rounds=1, max_new_tokens=cfg.rl.max_new_tokens,
                     critique_max_new_tokens=critique_budget(cfg),
                     temperature=temp, seed=seed, guided_layout=guided_layout(cfg),
-                    critique_format=cfg.data.critique_format)
+                    critique_format=cfg.data.critique_format, generate=generate)
     right, after = r.correct[0], r.correct[1]
     redo = r.verdicts[0] != VERDICT_NO_ERROR  # an unparsed verdict is re-solved too, as at test time
     wrong_redo = np.flatnonzero(~right & redo)
     fresh_right = 0
     if len(wrong_redo):
-        generate = make_generate(model, tokenizer, temperature=temp, seed=seed + 1)
+        if generate is None:
+            generate = make_generate(model, tokenizer, temperature=temp, seed=seed + 1)
         ids = generate(tokenizer.encode_ragged([tokenizer.render_prompt(task.prompt_fn(examples[i].question))
                                                 for i in wrong_redo]), max_new_tokens=cfg.rl.max_new_tokens)
         fresh_right = int(_scores(task.reward_fn, _decode(tokenizer, ids), [examples[i] for i in wrong_redo]).sum())
