@@ -1002,7 +1002,7 @@ def test_the_worked_check_cure_preset_starts_with_its_critique_check_stage():
     rc, method = start(get_config())
     assert (rc.data.critique_format, rc.sft.check_rows, rc.sft.check_steps) == ("worked_check", "critique", 1500)
     assert rc.data.verify_format == "verdict" and rc.model.hidden_size == 256 and rc.sft.pack
-    assert rc.sft.check_guided_share == 0.5  # the stage keeps the guided re-solve alive
+    assert rc.sft.check_guided_share == 2.0  # the stage keeps the guided re-solve alive
     assert type(method).__name__ == "CURE" and method.guided_layout == "first"
 
 

@@ -11,9 +11,11 @@ The warm-up is the `testbed_latin_cure` preset's (BPE on the critique rows, 10% 
 SFT, then critiques and guided re-solves of its own attempts) at the width where the worked check first read the
 policy's own samples (`testbed_latin_check`, docs/results/testbed.md run 19), with run 19's check stage posed
 as critiques: 1,500 steps on the contrast pairs of 4,096 warm-up questions, each a worked solution and a wrong
-one whose critique opens with the check (`sft.check_rows = "critique"`), with 2,048 guided re-solve rows mixed in
-(`sft.check_guided_share = 0.5`): without them the stage left a re-solve that fixed none of the wrong attempts its
-verdict flagged (seed 0 at commit 332b505; reproduce with `--config.sft.check_guided_share=0`). With the paper's
+one whose critique opens with the check (`sft.check_rows = "critique"`), with 8,192 guided re-solve rows mixed in
+(`sft.check_guided_share = 2.0`): without them the stage left a re-solve that fixed none of the wrong attempts its
+verdict flagged (seed 0 at commit 332b505; reproduce with `--config.sft.check_guided_share=0`), and 2,048 of them
+(0.5, seed 0 at d543127) did not change that -- ~1.4% of the stage's loss tokens; 300 more steps of the stage's mix
+at 2.0 gave it back (docs/results/cure_testbed.md). With the paper's
 critique the verdict of the 4 x 128 warm-up sat at the base rate of wrong answers on three seeds
 (docs/results/cure_testbed.md).
 """
@@ -25,7 +27,7 @@ def get_config():
     c = with_check_stage(testbed_latin_cure(), rows="critique")
     c.workdir = "runs/testbed_latin_cure_check"
     c.data.critique_format = "worked_check"
-    c.sft.check_guided_share = 0.5
+    c.sft.check_guided_share = 2.0
     # A critique pair row is ~460 tokens beside ~80 for a worked solution: one sequence per row left half of each
     # padded batch empty; packed, the same update is ~1.9x faster (docs/results/sft_packing.md)
     c.sft.pack = True
