@@ -14,8 +14,8 @@ as critiques: 1,500 steps on the contrast pairs of 4,096 warm-up questions, each
 one whose critique opens with the check (`sft.check_rows = "critique"`), with 8,192 guided re-solve rows mixed in
 (`sft.check_guided_share = 2.0`): without them the stage left a re-solve that fixed none of the wrong attempts its
 verdict flagged (seed 0 at commit 332b505; reproduce with `--config.sft.check_guided_share=0`), and 2,048 of them
-(0.5, seed 0 at d543127) did not change that -- ~1.4% of the stage's loss tokens; 300 more steps of the stage's mix
-at 2.0 gave it back (docs/results/cure_testbed.md). With the paper's
+(0.5, seed 0 at d543127) did not change that; 300 more steps of the stage's mix, at 2.0 or at 0.5, gave it back
+(docs/results/cure_testbed.md). 2.0 is not yet measured from scratch. With the paper's
 critique the verdict of the 4 x 128 warm-up sat at the base rate of wrong answers on three seeds
 (docs/results/cure_testbed.md).
 """
