@@ -6,7 +6,8 @@ import pytest
 from jaxrl_reason.data.prompts import (CODE_INSTRUCTION, CRITIQUE_FIELDS, SOLVE_INSTRUCTION, VERIFY_QUESTION,
                                        Critique, code_correction_prompt, code_solve_prompt, correction_prompt,
                                        critique_format_penalty, critique_prompt, critique_verdict_prefix,
-                                       guided_prompt, parse_critique, solve_prompt, verify_prompt)
+                                       guided_prompt, parse_critique, solve_prompt, verify_prompt,
+                                       whole_turn_prompt_fn)
 
 Q = "What is 17 + 25?"
 SOL = "17 + 25 = 32, so the answer is \\boxed{32}."
@@ -205,3 +206,14 @@ def test_parse_garbage(junk):
     assert c.error_found is None and c.quote is None and c.hint is None and c.why is None
     assert set(c.format_errors) == {f"missing {f}" for f in CRITIQUE_FIELDS}
     assert critique_format_penalty(c) == pytest.approx(-0.75)  # missing quote / why, and no hint
+
+
+def test_whole_turn_prompt_fn_passes_whole_turns_through():
+    class Row:
+        def __init__(self, question):
+            self.question = question
+    turn = critique_prompt(Q, SOL)
+    fn = whole_turn_prompt_fn([Row(turn)], solve_prompt)
+    assert fn(turn) == turn  # a check row's question is already its whole user turn
+    assert fn(Q) == solve_prompt(Q)  # a plain question still gets the task's template
+    assert whole_turn_prompt_fn([], solve_prompt)(turn) == solve_prompt(turn)

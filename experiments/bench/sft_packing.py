@@ -43,6 +43,7 @@ def main(argv=None):
     from jaxrl_reason.configs import load_config_file
     from jaxrl_reason.data import testbed
     from jaxrl_reason.data.datasets import DataIterator
+    from jaxrl_reason.data.prompts import whole_turn_prompt_fn
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.experiment.model import build_model, build_tokenizer
     from jaxrl_reason.experiment.pipeline import start
@@ -60,8 +61,7 @@ def main(argv=None):
     pairs = testbed.check_pairs(testbed.task_of(rc.data.source), task.train[:1024], seed=rc.seed,
                                 rows_as=args.rows, inject_extent=rc.data.inject_extent)
     rows = pairs + list(task.train[:len(pairs)])
-    turns = frozenset(r.question for r in pairs)
-    prompt_fn = lambda q: q if q in turns else task.prompt_fn(q)  # noqa: E731
+    prompt_fn = whole_turn_prompt_fn(pairs, task.prompt_fn)
     data = DataIterator(rows, rc.sft.check_batch_size, seed=rc.seed)
     drawn = [next(data) for _ in range(args.steps)]
 

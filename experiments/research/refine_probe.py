@@ -31,6 +31,7 @@ from jaxrl_reason.configs import load_config_file  # noqa: E402
 def repair(cfg, model, tokenizer, task, *, steps: int, guided: int, critique: int, seed: int = 7) -> None:
     """`steps` SFT steps on `guided` guided re-solve rows and `critique` critique rows (the config's layouts and
     formats) built from the first warm-up questions, with as many worked solutions; updates `model` in place."""
+    from jaxrl_reason.data.prompts import whole_turn_prompt_fn
     from jaxrl_reason.data.testbed import auxiliary_rows
     from jaxrl_reason.experiment.warmup import guided_layout, task_of
     from jaxrl_reason.train.trainer import sft_train
@@ -40,17 +41,16 @@ def repair(cfg, model, tokenizer, task, *, steps: int, guided: int, critique: in
     rows = auxiliary_rows(task_of(cfg.data.source), base[:n], verify=0, critique=critique, correct=0,
                           guided=guided, seed=seed, guided_layout=guided_layout(cfg),
                           critique_format=cfg.data.critique_format)
-    turns = frozenset(r.question for r in rows)
     sft_train(model, tokenizer, rows + base[n:2 * n], steps=steps, batch_size=cfg.sft.batch_size,
               lr=cfg.sft.own_attempt_lr, warmup_steps=cfg.sft.warmup_steps, seed=seed, progress=False,
-              pack=cfg.sft.pack, prompt_fn=lambda q: q if q in turns else task.prompt_fn(q))
+              pack=cfg.sft.pack, prompt_fn=whole_turn_prompt_fn(rows, task.prompt_fn))
 
 
 def probe(cfg, model, tokenizer, examples, task, *, seed: int = 0, generate=None) -> dict:
     """One refinement round and a fresh-sample baseline -> counts (see the module docstring). `generate`
     (`inference.refine.Generate`) replaces the model's sampler, for a scripted test."""
     from jaxrl_reason.experiment.warmup import guided_layout
-    from jaxrl_reason.inference.refine import VERDICT_NO_ERROR, _decode, _scores, make_generate, self_refine
+    from jaxrl_reason.inference.refine import VERDICT_NO_ERROR, decode_ids, graded_right, make_generate, self_refine
 
     temp = cfg.rl.temperature
     r = self_refine(model, tokenizer, examples, task.reward_fn, rounds=1, max_new_tokens=cfg.rl.max_new_tokens,
@@ -66,7 +66,7 @@ def probe(cfg, model, tokenizer, examples, task, *, seed: int = 0, generate=None
             generate = make_generate(model, tokenizer, temperature=temp, seed=seed + 1)
         ids = generate(tokenizer.encode_ragged([tokenizer.render_prompt(task.prompt_fn(examples[i].question))
                                                 for i in wrong_redo]), max_new_tokens=cfg.rl.max_new_tokens)
-        fresh_right = int(_scores(task.reward_fn, _decode(tokenizer, ids), [examples[i] for i in wrong_redo]).sum())
+        fresh_right = int(graded_right(task.reward_fn, decode_ids(tokenizer, ids), [examples[i] for i in wrong_redo]).sum())
     return {"questions": len(examples), "round0": float(right.mean()), "round1": float(after.mean()),
             "wrong_redone": len(wrong_redo), "fixed": int(after[wrong_redo].sum()),
             "fresh_fixed": fresh_right, "wrong_kept": int((~right & ~redo).sum()),

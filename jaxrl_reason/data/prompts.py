@@ -11,7 +11,7 @@ evaluation scripts refer to one spelling:
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 SOLVE_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 VERIFY_QUESTION = "Is this solution correct? Answer Yes or No."
@@ -308,3 +308,10 @@ def code_correction_prompt(problem: str, buggy_program: str) -> str:
         "Find and fix the bug. Give the full corrected program in exactly one fenced code block that starts "
         "with ```python and ends with ```."
     )
+
+
+def whole_turn_prompt_fn(turn_rows: Sequence[Any], prompt_fn: Callable[[str], str]) -> Callable[[str], str]:
+    """The prompt_fn of an SFT mix whose `turn_rows` (check, critique, correction rows) carry their whole user turn
+    as `.question`: those questions pass through as written, every other one gets `prompt_fn`'s template."""
+    turns = frozenset(r.question for r in turn_rows)
+    return lambda question: question if question in turns else prompt_fn(question)

@@ -10,7 +10,7 @@ import shutil
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS
+from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS, whole_turn_prompt_fn
 from jaxrl_reason.data.testbed import (CHECK_FORMATS, CHECK_ROWS, INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows,
                                        own_attempt_rows, task_of)
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
@@ -244,12 +244,7 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
                          inject_extent=rc.data.inject_extent, guided_layout=guided_layout(rc),
                          critique_format=rc.data.critique_format, correction_format=rc.data.correction_format,
                          **counts)
-    turns = frozenset(e.question for e in aux)
-
-    def prompt_fn(question: str) -> str:
-        return question if question in turns else task.prompt_fn(question)
-
-    return base + aux, prompt_fn
+    return base + aux, whole_turn_prompt_fn(aux, task.prompt_fn)
 
 
 # Auxiliary rows the BPE sees beside the worked solutions: every critique / correction / verify row repeats its
@@ -384,12 +379,11 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
                          "sft.own_attempt_steps=0")
     solves = list(task.train[:s.examples])
     n_solve = min(len(solves), int(round(s.own_attempt_solve_share * len(rows))))
-    turns = frozenset(r.question for r in rows)
     writer = _writer(workdir, "logs_own_attempts")
     sft_train(model, tokenizer, rows + solves[:n_solve], steps=s.own_attempt_steps, batch_size=s.batch_size,
               lr=s.own_attempt_lr, warmup_steps=s.warmup_steps, seed=rc.seed + 1, writer=writer,
               progress=rc.rl.progress, mesh=mesh, pack=s.pack, **stage_checkpoints(rc, workdir, "own_attempts"),
-              prompt_fn=lambda q: q if q in turns else task.prompt_fn(q))
+              prompt_fn=whole_turn_prompt_fn(rows, task.prompt_fn))
     writer.close()
     formats = [r.meta["format"] for r in rows]
     report = {"attempts": len(texts), "right_frac": float(labels.mean()), "correct_rows": formats.count("correct"),

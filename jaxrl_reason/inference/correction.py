@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxrl_reason.data.code_datasets import CorrectionProblem, as_examples
 from jaxrl_reason.data.prompts import CODE_INSTRUCTION, SOLVE_INSTRUCTION, replay_correction_prompt, solve_prompt
-from jaxrl_reason.inference.refine import make_generate
+from jaxrl_reason.inference.refine import decode_ids, graded_right, make_generate
 from jaxrl_reason.rewards.math import math_reward
 
 Generate = Callable[..., list]  # (prompts: list[list[int]], *, max_new_tokens: int) -> list[list[int]]
@@ -72,10 +72,6 @@ class CorrectionResult(NamedTuple):
         return out
 
 
-def _scores(reward_fn, texts: Sequence[str], examples: Sequence) -> np.ndarray:
-    return np.asarray(reward_fn(list(texts), list(examples)).scores, np.float32) > 0.5
-
-
 def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Sequence[str], reward_fn, *,
                  rounds: int = 1, max_new_tokens: int = 512, answer_instruction: str = SOLVE_INSTRUCTION,
                  attempt_correct: Optional[Sequence[bool]] = None,
@@ -89,7 +85,7 @@ def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Se
     if int(rounds) < 1:
         raise ValueError(f"self_correct: rounds must be >= 1, got {rounds}")
     texts = [str(a) for a in attempts]
-    first = (_scores(reward_fn, texts, examples) if attempt_correct is None
+    first = (graded_right(reward_fn, texts, examples) if attempt_correct is None
              else np.asarray(attempt_correct, bool).reshape(-1))
     if first.shape != (len(examples),):
         raise ValueError(f"self_correct: attempt_correct has shape {first.shape}; give one flag per example")
@@ -99,8 +95,8 @@ def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Se
             replay_correction_prompt(e.question, t, answer_instruction, correction_format))
             for e, t in zip(examples, texts)])
         ids = generate(prompts, max_new_tokens=max_new_tokens)
-        texts = [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
-        correct.append(_scores(reward_fn, texts, examples))
+        texts = decode_ids(tokenizer, ids)
+        correct.append(graded_right(reward_fn, texts, examples))
         tokens.append(np.array([len(x) for x in ids], np.int64))
     return CorrectionResult(np.stack(correct), np.stack(tokens), texts)
 
@@ -137,7 +133,7 @@ def evaluate_correction(model, tokenizer, examples: Sequence, *, rounds: int = 1
                              seed=seed, batch_size=batch_size)
     prompts = tokenizer.encode_ragged([tokenizer.render_prompt(prompt_fn(e.question)) for e in examples])
     ids = generate(prompts, max_new_tokens=max_new_tokens)
-    attempts = [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
+    attempts = decode_ids(tokenizer, ids)
     res = self_correct(generate, tokenizer, examples, attempts, reward_fn, rounds=rounds,
                        max_new_tokens=correction_max_new_tokens or max_new_tokens,
                        answer_instruction=answer_instruction, correction_format=correction_format)

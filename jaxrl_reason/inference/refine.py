@@ -153,14 +153,16 @@ def make_generate(model, tokenizer, *, params=None, temperature: float = 0.0, to
     return generate
 
 
-def _decode(tokenizer, ids: Sequence[Sequence[int]]) -> list:
+def decode_ids(tokenizer, ids: Sequence[Sequence[int]]) -> list:
+    """Generated token ids [rows][time] -> their texts, special tokens dropped."""
     return [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
 
 
-def _scores(reward_fn, texts: list, examples: list) -> np.ndarray:
+def graded_right(reward_fn, texts: Sequence[str], examples: Sequence[Any]) -> np.ndarray:
+    """reward_fn over (texts, examples) -> bool [rows], True where the score passes 0.5."""
     if not texts:
         return np.zeros((0,), bool)
-    s = np.asarray(reward_fn(texts, examples).scores, np.float32)
+    s = np.asarray(reward_fn(list(texts), list(examples)).scores, np.float32)
     if s.shape != (len(texts),):
         raise ValueError(f"reward_fn returned {s.shape} scores for {len(texts)} texts; it must give one per text")
     return s > 0.5
@@ -222,9 +224,9 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                      else [len(tokenizer.encode(t)) for t in solutions])
     else:
         ids = generate(render([prompt_fn(q) for q in questions]), max_new_tokens=max_new_tokens)
-        solutions = _decode(tokenizer, ids)
+        solutions = decode_ids(tokenizer, ids)
         tokens[0] = [len(x) for x in ids]
-    correct[0] = _scores(reward_fn, solutions, examples)
+    correct[0] = graded_right(reward_fn, solutions, examples)
 
     for t in range(1, rounds + 1):
         correct[t] = correct[t - 1]
@@ -233,7 +235,7 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
             continue
         c_ids = generate(render([critique_prompt(questions[i], solutions[i], critique_format) for i in active]),
                          max_new_tokens=crit_budget)
-        c_texts = _decode(tokenizer, c_ids)
+        c_texts = decode_ids(tokenizer, c_ids)
         parsed = [parse_critique(c, min_hint_words=min_hint_words) for c in c_texts]
         redo = []
         for i, c_id, c_text, p in zip(active, c_ids, c_texts, parsed):
@@ -250,8 +252,8 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
             continue
         r_ids = generate(render([guided_prompt(questions[i], h, guided_layout) for i, h in redo]),
                          max_new_tokens=max_new_tokens)
-        r_texts = _decode(tokenizer, r_ids)
-        r_ok = _scores(reward_fn, r_texts, [examples[i] for i, _ in redo])
+        r_texts = decode_ids(tokenizer, r_ids)
+        r_ok = graded_right(reward_fn, r_texts, [examples[i] for i, _ in redo])
         for (i, _), ids_i, text, ok in zip(redo, r_ids, r_texts, r_ok):
             tokens[t, i] += len(ids_i)
             solutions[i] = text

@@ -25,7 +25,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from jaxrl_reason.data.datasets import Example
-from jaxrl_reason.data.prompts import VERIFY_YES, critique_verdict_prefix, parse_critique, solve_prompt
+from jaxrl_reason.data.prompts import (VERIFY_YES, critique_verdict_prefix, parse_critique, solve_prompt,
+                                       whole_turn_prompt_fn)
 from jaxrl_reason.data.testbed import TestbedTask, check, check_pairs
 from jaxrl_reason.inference.verifier import verifier_accuracy
 from jaxrl_reason.train.metrics import MetricsWriter
@@ -135,13 +136,13 @@ def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example
     rows = check_pairs(task, examples[heldout_questions(len(examples)):], seed=seed, verify_format=verify_format,
                        inject_extent=inject_extent, rows_as=rows_as) + list(extra_rows)
     solve = list(solve_examples[:max(1, int(len(rows) * solve_share))]) if solve_share > 0 else []
-    turns = frozenset(r.question for r in rows)  # a check row's question is its whole user turn
+    row_prompt_fn = whole_turn_prompt_fn(rows, prompt_fn)
     hist, rounds = [], []
     for r in range(max_rounds):
         ck = None if checkpoint_dir is None else checkpoint_dir + (f"_round{r + 1}" if r else "")
         hist += sft_train(model, tokenizer, rows + solve, steps=steps, batch_size=batch_size, lr=lr,
                           warmup_steps=warmup_steps, seed=seed + r, progress=progress, writer=writer, mesh=mesh,
-                          prompt_fn=lambda q: q if q in turns else prompt_fn(q), span_weights=span_weights,
+                          prompt_fn=row_prompt_fn, span_weights=span_weights,
                           pack=pack, checkpoint_dir=ck, checkpoint_every=checkpoint_every, log_offset=r * steps)
         after = check_accuracy(model, tokenizer, held, check_tokens, task)
         rounds.append(after["balanced_acc"])
