@@ -411,7 +411,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--critique-max-new-tokens", type=int, help="critique budget (default: --max-new-tokens)")
     p.add_argument("--guided-layout", default="after", choices=GUIDED_LAYOUTS,
                    help="the re-solve prompt's layout: after (the paper's: problem, then guidance) | first (guidance, "
-                        "then the plain solve prompt); a CURE run's method.extra.guided_layout")
+                        "then the plain solve prompt); a CURE run's data.guided_layout")
     p.add_argument("--critique-format", default="fields", choices=CRITIQUE_FORMATS,
                    help="what the critique prompt asks for: fields (the paper's four fields) | worked_check (the "
                         "task's check first, then the fields; give --critique-max-new-tokens room for both); a run's "

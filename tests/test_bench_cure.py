@@ -83,3 +83,43 @@ def test_refine_probe_splits_the_round_by_first_attempt_and_verdict(tokenizer):
     assert (c["right_redone"], c["right_stayed"], c["right_kept"]) == (1, 1, 3)
     assert c["well_formed"] == 1.0
     assert sorted(q for q, n in solves.items() if n == 2) == [4, 5, 6]  # the fresh sample: flagged wrong ones only
+
+
+# ------------------------------------------------------------------------------ the baseline arm's warm-up
+
+
+@pytest.mark.parametrize("preset", ["testbed_latin_cure", "testbed_latin_cure_check"])
+def test_the_grpo_arm_warms_up_in_the_cure_arms_guided_layout(preset):
+    """The GRPO arm trains the warm-up both arms start from (`against_grpo.train_arms`); its guided re-solve rows
+    must be posed as the CURE arm's RL and both arms' refinement pose them. When the layout was a CURE method knob,
+    the plain arm's method reset dropped it: the warm-up taught "after" while everything after it asked "first",
+    and the re-solve fixed 0 of 51 flagged wrong attempts (docs/results/cure_testbed.md)."""
+    import importlib
+
+    from bench_rlv import as_plain_grpo
+    from jaxrl_reason.experiment.data import row_formats
+    from jaxrl_reason.experiment.pipeline import start
+
+    get_config = importlib.import_module(f"jaxrl_reason.configs.{preset}").get_config
+    cure_rc, cure = start(get_config())
+    plain = get_config()
+    as_plain_grpo(plain, verify_warmup=True)
+    grpo_rc, grpo = start(plain)
+    assert (type(cure).__name__, type(grpo).__name__) == ("CURE", "GRPO")
+    assert grpo_rc.data.guided_layout == cure_rc.data.guided_layout == "first"
+    assert row_formats(cure_rc.data).guided_layout == "first"
+    assert grpo_rc.sft == cure_rc.sft  # the same warm-up, guided rows included
+
+
+def test_an_unknown_guided_layout_is_refused_at_start():
+    from jaxrl_reason.configs.testbed_latin_cure import get_config
+    from jaxrl_reason.experiment.pipeline import start
+
+    c = get_config()
+    c.data.guided_layout = "before"
+    with pytest.raises(ValueError, match="data.guided_layout='before' is unknown; use after | first"):
+        start(c)
+    c = get_config()
+    c.method.extra.guided_layout = "first"  # where the knob used to live
+    with pytest.raises(ValueError, match="method.extra.guided_layout was removed .* set data.guided_layout"):
+        start(c)

@@ -104,11 +104,12 @@ def make_rollouts(tok, rewards=REWARDS):
                     ["eos"] * (q * k), [{}] * (q * k))
 
 
-def build_once(tokenizer, model, rewards, **knobs):
+def build_once(tokenizer, model, rewards, formats: RowFormats = RowFormats(), **knobs):
     method = CURE("grpo", guided_samples=M, critique_advantage_scale=C, critique_max_new_tokens=64, **knobs)
     ro = make_rollouts(tokenizer, rewards)
     sampler = ScriptedSampler(tokenizer)
-    ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id, model, nnx.state(model))
+    ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id, model, nnx.state(model),
+                  formats=formats)
     batch, metrics = method.build(ro, ctx)
     return method, ro, sampler, batch, metrics
 
@@ -291,8 +292,8 @@ def test_bad_knobs_name_the_field():
         CURE(max_replay_per_query=-2)
     with pytest.raises(ValueError, match="max_critiques was removed: use critique_batch_size"):
         CURE(max_critiques=16)
-    with pytest.raises(ValueError, match="guided_layout='before' is unknown"):
-        CURE(guided_layout="before")
+    with pytest.raises(ValueError, match="guided_layout was removed: set data.guided_layout"):
+        CURE(guided_layout="first")
 
 
 # ------------------------------------------------------------------------------------------ one build
@@ -333,9 +334,9 @@ def test_guided_prompt_never_contains_the_wrong_attempt(built, tokenizer):
 
 
 def test_guided_layout_first_puts_the_hint_before_the_plain_solve_prompt(tokenizer, model):
-    """method.extra.guided_layout='first': the same guided solutions, posed as the guidance followed by the plain
-    solve prompt of the query (prompts.guided_prompt)."""
-    _, ro, sampler, _, metrics = build_once(tokenizer, model, REWARDS, guided_layout="first")
+    """data.guided_layout='first' (RowFormats.guided_layout): the same guided solutions, posed as the guidance
+    followed by the plain solve prompt of the query (prompts.guided_prompt)."""
+    _, ro, sampler, _, metrics = build_once(tokenizer, model, REWARDS, RowFormats(guided_layout="first"))
     guided = [tokenizer.decode(p) for p in sampler.calls[1]["prompts"]]
     assert len(guided) == 4 and metrics["guided_solve/accuracy"] == 0.5
     questions = {e.question for e in ro.examples}

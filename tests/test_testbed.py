@@ -139,9 +139,9 @@ def test_sft_examples_mix_the_auxiliary_formats_by_their_shares(tmp_path):
     rc_g = read_run_config(_tiny_cfg(tmp_path, aux_critique_share=0.25, aux_guided_share=0.5))
     fmts = [r.meta.get("format", "solve") for r in sft_examples(rc_g, task)[0]]
     assert (fmts.count("solve"), fmts.count("critique"), fmts.count("guided")) == (40, 10, 20)
-    # a CURE run's guided rows are written in its method.extra.guided_layout
+    # guided rows are written in data.guided_layout, whatever the method (a GRPO baseline arm makes the warm-up)
     cfg = _tiny_cfg(tmp_path, aux_guided_share=0.5)
-    cfg.method.name, cfg.method.extra = "cure", {"guided_layout": "first"}
+    cfg.data.guided_layout = "first"
     guided = [r for r in sft_examples(read_run_config(cfg), task)[0] if r.meta.get("format") == "guided"]
     assert len(guided) == 20 and all(r.question.startswith("Guidance for solving the problem below") and
                                      r.question.endswith(task.prompt_fn(r.meta["question"])) for r in guided)
@@ -368,7 +368,7 @@ def test_latin_blanks_knob_and_the_cure_preset():
     assert rc.tokenizer.aux_corpus and rc.sft.aux_critique_share > 0  # the BPE learns the critique words
     assert rc.sft.aux_guided_share > 0  # the guided prompt is trained in the SFT itself
     method = make_method(rc.method)
-    assert type(method).__name__ == "CURE" and method.guided_layout == "first"
+    assert type(method).__name__ == "CURE" and rc.data.guided_layout == "first"
 
 
 def test_latin_deduction_lines_each_settle_one_blank_from_the_row_and_column_they_copy():
@@ -962,7 +962,7 @@ def test_check_guided_rows_are_guided_re_solves_of_the_stage_s_training_question
     from jaxrl_reason.data.prompts import guided_prompt
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.experiment.pipeline import start
-    from jaxrl_reason.experiment.warmup import check_guided_rows, guided_layout
+    from jaxrl_reason.experiment.warmup import check_guided_rows
     from jaxrl_reason.train.check_warmup import heldout_questions
 
     c = _check_cfg(tmp_path, check_rows="critique", check_guided_share=0.5)
@@ -976,7 +976,7 @@ def test_check_guided_rows_are_guided_re_solves_of_the_stage_s_training_question
     for r in rows:
         q = r.meta["question"]
         assert q in train and q not in held and r.solution == train[q].solution
-        head, tail = guided_prompt(q, "\0", guided_layout(rc)).split("\0")  # the prompt around its hint
+        head, tail = guided_prompt(q, "\0", rc.data.guided_layout).split("\0")  # the prompt around its hint
         assert r.question.startswith(head) and r.question.endswith(tail)
         assert len(r.question) > len(head) + len(tail) + 20  # a hint of words, not an empty one
     assert check_guided_rows(dataclasses.replace(rc, sft=dataclasses.replace(rc.sft, check_guided_share=0.0)),
@@ -1003,7 +1003,7 @@ def test_the_worked_check_cure_preset_starts_with_its_critique_check_stage():
     assert (rc.data.critique_format, rc.sft.check_rows, rc.sft.check_steps) == ("worked_check", "critique", 1500)
     assert rc.data.verify_format == "verdict" and rc.model.hidden_size == 256 and rc.sft.pack
     assert rc.sft.check_guided_share == 2.0  # the stage keeps the guided re-solve alive
-    assert type(method).__name__ == "CURE" and method.guided_layout == "first"
+    assert type(method).__name__ == "CURE" and rc.data.guided_layout == "first"
 
 
 @pytest.mark.slow

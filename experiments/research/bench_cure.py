@@ -112,7 +112,7 @@ def main(argv=None):
     # worked check the critic writes the check itself at test time, so its budget (data.check_tokens) is added.
     critique_format = str(base.data.critique_format)
     critique_tokens = critique_budget(base)
-    guided_layout = str(base.method.extra.guided_layout)
+    guided_layout = str(base.data.guided_layout)
 
     from absl import logging
     logging.set_verbosity(logging.WARNING)

@@ -33,13 +33,13 @@ def repair(cfg, model, tokenizer, task, *, steps: int, guided: int, critique: in
     formats) built from the first warm-up questions, with as many worked solutions; updates `model` in place."""
     from jaxrl_reason.data.prompts import whole_turn_prompt_fn
     from jaxrl_reason.data.testbed import auxiliary_rows
-    from jaxrl_reason.experiment.warmup import guided_layout, task_of
+    from jaxrl_reason.experiment.warmup import task_of
     from jaxrl_reason.train.trainer import sft_train
 
     n = max(guided, critique)
     base = list(task.train[:2 * n])
     rows = auxiliary_rows(task_of(cfg.data.source), base[:n], verify=0, critique=critique, correct=0,
-                          guided=guided, seed=seed, guided_layout=guided_layout(cfg),
+                          guided=guided, seed=seed, guided_layout=cfg.data.guided_layout,
                           critique_format=cfg.data.critique_format)
     sft_train(model, tokenizer, rows + base[n:2 * n], steps=steps, batch_size=cfg.sft.batch_size,
               lr=cfg.sft.own_attempt_lr, warmup_steps=cfg.sft.warmup_steps, seed=seed, progress=False,
@@ -49,13 +49,12 @@ def repair(cfg, model, tokenizer, task, *, steps: int, guided: int, critique: in
 def probe(cfg, model, tokenizer, examples, task, *, seed: int = 0, generate=None) -> dict:
     """One refinement round and a fresh-sample baseline -> counts (see the module docstring). `generate`
     (`inference.refine.Generate`) replaces the model's sampler, for a scripted test."""
-    from jaxrl_reason.experiment.warmup import guided_layout
     from jaxrl_reason.inference.refine import VERDICT_NO_ERROR, decode_ids, graded_right, make_generate, self_refine
 
     temp = cfg.rl.temperature
     r = self_refine(model, tokenizer, examples, task.reward_fn, rounds=1, max_new_tokens=cfg.rl.max_new_tokens,
                     critique_max_new_tokens=critique_budget(cfg),
-                    temperature=temp, seed=seed, guided_layout=guided_layout(cfg),
+                    temperature=temp, seed=seed, guided_layout=cfg.data.guided_layout,
                     critique_format=cfg.data.critique_format, generate=generate)
     right, after = r.correct[0], r.correct[1]
     redo = r.verdicts[0] != VERDICT_NO_ERROR  # an unparsed verdict is re-solved too, as at test time

@@ -40,7 +40,7 @@ def get_config():
     # without such rows -- and the rows left a 28.1% solver (44.9% without them); guidance first: 31.6% under the
     # guided prompt, 50.4% plain (seed 0, greedy; docs/results/cure_testbed.md)
     c.sft.aux_guided_share = 0.1
-    c.method.extra.guided_layout = "first"
+    c.data.guided_layout = "first"
     # then critiques and guided re-solves of its own attempts (without guided rows the guided re-solve took
     # round-1 accuracy from 41% to 11%)
     c.sft.own_attempt_steps = 400

@@ -12,10 +12,11 @@ SFT, then critiques and guided re-solves of its own attempts) at the width where
 policy's own samples (`testbed_latin_check`, docs/results/testbed.md run 19), with run 19's check stage posed
 as critiques: 1,500 steps on the contrast pairs of 4,096 warm-up questions, each a worked solution and a wrong
 one whose critique opens with the check (`sft.check_rows = "critique"`), with 8,192 guided re-solve rows mixed in
-(`sft.check_guided_share = 2.0`): without them the stage left a re-solve that fixed none of the wrong attempts its
-verdict flagged (seed 0 at commit 332b505; reproduce with `--config.sft.check_guided_share=0`), and 2,048 of them
-(0.5, seed 0 at d543127) did not change that; 300 more steps of the stage's mix, at 2.0 or at 0.5, gave it back
-(docs/results/cure_testbed.md). 2.0 is not yet measured from scratch. With the paper's
+(`sft.check_guided_share = 2.0`), so the short re-solve rows are not left untrained beside ~430-token critiques.
+Whether they are needed is not measured: the re-solve that fixed none of the wrong attempts its verdict flagged
+(seeds 0 at shares 0, 0.5 and 2.0) was a layout bug -- the bench's GRPO arm wrote the warm-up's guided rows in
+the paper's layout while CURE and refinement asked with the guidance first (fixed 2026-12-06: the layout is
+`data.guided_layout`; docs/results/cure_testbed.md). With the paper's
 critique the verdict of the 4 x 128 warm-up sat at the base rate of wrong answers on three seeds
 (docs/results/cure_testbed.md).
 """

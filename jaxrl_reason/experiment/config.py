@@ -83,6 +83,9 @@ class DataSection:
     # what a CIPO correction writes: solution (the corrected solution, METHODS §4) | worked_check (the task's check
     # of the earlier attempt first, then the solution; testbed tasks with a check, docs/methods/cipo.md)
     correction_format: str = "solution"
+    # CURE's guided re-solve prompt, in the warm-up's rows, the method's RL and test-time refinement alike: after
+    # (the paper's: problem, then guidance) | first (guidance, then the plain solve prompt), docs/methods/cure.md
+    guided_layout: str = "after"
     # testbed warm-up rows' wrong solutions: minimal (one error of a measured kind, 1-2 positions) | spread (off in
     # as many positions as the policy's own wrong answers; latin_square), docs/methods/testbed.md
     inject_extent: str = "minimal"

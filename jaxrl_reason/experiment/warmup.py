@@ -10,7 +10,7 @@ import shutil
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS, whole_turn_prompt_fn
+from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS, GUIDED_LAYOUTS, whole_turn_prompt_fn
 from jaxrl_reason.data.testbed import (CHECK_FORMATS, CHECK_ROWS, INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows,
                                        own_attempt_rows, task_of)
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
@@ -85,6 +85,9 @@ def verify_contrast_fn(rc: RunConfig, contrast: str = ""):
 def check_aux_formats(rc: RunConfig) -> None:
     """Fails at start-up when auxiliary warm-up formats are asked for but the data source cannot write them."""
     s = rc.sft
+    if rc.data.guided_layout not in GUIDED_LAYOUTS:
+        raise ValueError(f"config data.guided_layout={rc.data.guided_layout!r} is unknown; use "
+                         f"{' | '.join(GUIDED_LAYOUTS)}")
     shares = {"aux_verify_share": s.aux_verify_share, "aux_critique_share": s.aux_critique_share,
               "aux_correct_share": s.aux_correct_share, "aux_guided_share": s.aux_guided_share}
     for name, v in shares.items():
@@ -223,12 +226,6 @@ def check_own_attempts(rc: RunConfig) -> None:
         raise ValueError(f"config sft.own_attempt_solve_share={s.own_attempt_solve_share} must be >= 0")
 
 
-def guided_layout(rc: RunConfig) -> str:
-    """The layout of CURE's guided prompt the warm-up's guided rows are written in: the run's CURE
-    `method.extra.guided_layout` (checked by the method), else the paper's ("after")."""
-    return dict(rc.method.extra).get("guided_layout", "after")
-
-
 def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
     """-> (the warm-up's rows, the prompt_fn that poses them): the first `sft.examples` worked solutions plus,
     when the sft.aux_*_share knobs ask for them, auxiliary-format rows built from those same problems. An
@@ -241,7 +238,7 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
     if not any(counts.values()):
         return base, task.prompt_fn
     aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
-                         inject_extent=rc.data.inject_extent, guided_layout=guided_layout(rc),
+                         inject_extent=rc.data.inject_extent, guided_layout=rc.data.guided_layout,
                          critique_format=rc.data.critique_format, correction_format=rc.data.correction_format,
                          **counts)
     return base + aux, whole_turn_prompt_fn(aux, task.prompt_fn)
@@ -319,7 +316,7 @@ def check_guided_rows(rc: RunConfig, task: TaskData) -> list:
         return []
     questions = list(task.train[heldout_questions(s.check_questions):s.check_questions])
     return auxiliary_rows(task_of(rc.data.source), questions, verify=0, critique=0, correct=0, guided=n,
-                          seed=rc.seed, guided_layout=guided_layout(rc), critique_format=rc.data.critique_format)
+                          seed=rc.seed, guided_layout=rc.data.guided_layout, critique_format=rc.data.critique_format)
 
 
 def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> dict:
@@ -371,7 +368,7 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
         key=jax.random.fold_in(jax.random.PRNGKey(rc.seed), 0x0A77), prompt_fn=task.prompt_fn, mesh=mesh)
     attempts = list(zip([e for e in questions for _ in range(s.own_attempt_samples)], texts))
     rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, keep_share=s.own_attempt_keep_share,
-                            guided_layout=guided_layout(rc), critique_format=rc.data.critique_format,
+                            guided_layout=rc.data.guided_layout, critique_format=rc.data.critique_format,
                             correction_format=rc.data.correction_format, **own_attempt_formats(rc))
     if not rows:
         raise ValueError(f"own-attempt warm-up: the policy's {len(texts)} attempts gave no row (all right, or no "

@@ -184,7 +184,7 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
     initial:   [N] round 0's solution texts, already sampled (e.g. one sample per question of an evaluation
                pool, so refinement and voting start from the same samples); default: generate them.
     initial_tokens: [N] the tokens generating `initial` took, round 0's cost (default: their encoded lengths).
-    guided_layout: the re-solve prompt's layout (`prompts.guided_prompt`; a CURE run's method.extra.guided_layout)
+    guided_layout: the re-solve prompt's layout (`prompts.guided_prompt`; a CURE run's data.guided_layout)
     critique_format: what the critique prompt asks for (`prompts.critique_prompt`; a run's data.critique_format);
     with "worked_check" the critique budget must hold the check as well
     """

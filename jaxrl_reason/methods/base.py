@@ -64,7 +64,7 @@ def generate_rollouts(sample: Callable[..., Any], tokenizer, prompts: Sequence[S
 
 class RowFormats(NamedTuple):
     """How the data writes the rows of the self-checking tasks (data.verify_format, critique_format,
-    correction_format); the defaults are the papers' formats."""
+    correction_format, guided_layout); the defaults are the papers' formats."""
 
     # (question, completion) -> a verify row's target text when the data writes a worked check before the verdict
     # (data.verify_format="worked_check" / "mark_check"); None: the one-token verdict
@@ -74,6 +74,8 @@ class RowFormats(NamedTuple):
     critique_check: Optional[Callable[[str, str], str]] = None
     # what a correction prompt asks for (data.correction_format): "solution" | "worked_check" (the check first)
     correction_format: str = "solution"
+    # CURE's guided re-solve prompt (data.guided_layout, `prompts.guided_prompt`): "after" | "first"
+    guided_layout: str = "after"
 
 
 class Context(NamedTuple):

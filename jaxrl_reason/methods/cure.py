@@ -30,8 +30,8 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from jaxrl_reason.data.prompts import (GUIDED_LAYOUTS, critique_format_penalty, critique_prompt,
-                                       critique_verdict_prefix, guided_prompt, parse_critique)
+from jaxrl_reason.data.prompts import (critique_format_penalty, critique_prompt, critique_verdict_prefix,
+                                       guided_prompt, parse_critique)
 from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages
 from jaxrl_reason.rl import advantages as adv_lib
@@ -50,6 +50,8 @@ REMOVED_KNOBS = {
     "critique_balance": "the critique batch is always half wrong / half right; set its size with critique_batch_size",
     "critique_priority": "the fill order is the authors' (docs/methods/cure.md); it has no knob",
     "max_critiques": "use critique_batch_size (the fixed number of critiques per step)",
+    "guided_layout": "set data.guided_layout instead (the warm-up's guided rows, the method and test-time refinement "
+                     "read the one knob)",
 }
 
 
@@ -268,6 +270,7 @@ class CURE(GRPO):
     # Replay makes zero-pass groups (all rewards 0) the groups CURE learns most from: dynamic sampling, which
     # drops them, must be refused (the trainer checks this).
     uses_zero_signal_groups = True
+    removed_knobs = REMOVED_KNOBS  # read_method_config names the replacement of a removed method.extra key
 
     def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PAPER_LOSS, *,
                  guided_samples: int = 4, critique_batch_size: int = 0, critique_acc_range=(0.0, 0.9),
@@ -277,7 +280,7 @@ class CURE(GRPO):
                  format_penalty_missing: float = -0.5, format_penalty_short_hint: float = -0.25,
                  min_hint_words: int = 10, task_pooling: str = "per_task", critique_weight: float = 1.0,
                  guided_weight: float = 1.0, rescore_rows: int = 16, rescore_chunk: int = 0,
-                 guided_layout: str = "after", **estimator_kwargs):
+                 **estimator_kwargs):
         """Knobs (METHODS.md §3 names; defaults are the paper run's and the authors' code's):
 
         guided_samples:            M, guided solutions per critique of a wrong sample
@@ -298,11 +301,7 @@ class CURE(GRPO):
         critique_weight / guided_weight: coefficients of the critique and guided_solve terms and of their KL
                                    (solve: 1); per_task only
         rescore_rows / rescore_chunk: rows per forward and time chunk (0 = none) when recomputing pi_old
-        guided_layout:             after (the paper's: problem, guidance) | first (guidance, then the plain solve
-                                   prompt) -- `prompts.guided_prompt`; the warm-up's guided rows use it too
         """
-        if guided_layout not in GUIDED_LAYOUTS:
-            raise ValueError(f"cure guided_layout={guided_layout!r} is unknown; use {' | '.join(GUIDED_LAYOUTS)}")
         if loss.overlong_buffer or loss.overlong_filter:
             raise ValueError("cure does not apply DAPO's overlong shaping or filter (its critique and guided rows "
                              "have their own budgets); set method.overlong_buffer=0 and method.overlong_filter=False")
@@ -335,7 +334,7 @@ class CURE(GRPO):
             raise ValueError("cure task_pooling='pooled' trains one PPO-clip term over all three tasks, so it cannot "
                              f"weight them: critique_weight and guided_weight must be 1 (got {critique_weight}, "
                              f"{guided_weight}); use task_pooling='per_task' to weight the tasks")
-        self.guided_samples, self.guided_layout = int(guided_samples), guided_layout
+        self.guided_samples = int(guided_samples)
         self.critique_batch_size = int(critique_batch_size)
         self.critique_acc_range = _check_range("critique_acc_range", critique_acc_range)
         self.critique_zero_pass_floor = float(critique_zero_pass_floor)
@@ -404,7 +403,7 @@ class CURE(GRPO):
     def _guided(self, ro: Rollouts, examples: list, hints: list, ctx: Context):
         m = self.guided_samples
         tok = ctx.tokenizer
-        prompts = tok.encode_ragged([tok.render_prompt(guided_prompt(e.question, h, self.guided_layout))
+        prompts = tok.encode_ragged([tok.render_prompt(guided_prompt(e.question, h, ctx.formats.guided_layout))
                                      for e, h in zip(examples, hints)])
         kw = {"max_new_tokens": self.guided_max_new_tokens} if self.guided_max_new_tokens else {}
         out = generate_rollouts(ctx.sample, tok, prompts, examples, num_samples=m, reward=ctx.reward, **kw)
