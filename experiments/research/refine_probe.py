@@ -65,7 +65,8 @@ def probe(cfg, model, tokenizer, examples, task, *, seed: int = 0, generate=None
             generate = make_generate(model, tokenizer, temperature=temp, seed=seed + 1)
         ids = generate(tokenizer.encode_ragged([tokenizer.render_prompt(task.prompt_fn(examples[i].question))
                                                 for i in wrong_redo]), max_new_tokens=cfg.rl.max_new_tokens)
-        fresh_right = int(graded_right(task.reward_fn, decode_ids(tokenizer, ids), [examples[i] for i in wrong_redo]).sum())
+        fresh = decode_ids(tokenizer, ids)
+        fresh_right = int(graded_right(task.reward_fn, fresh, [examples[i] for i in wrong_redo]).sum())
     return {"questions": len(examples), "round0": float(right.mean()), "round1": float(after.mean()),
             "wrong_redone": len(wrong_redo), "fixed": int(after[wrong_redo].sum()),
             "fresh_fixed": fresh_right, "wrong_kept": int((~right & ~redo).sum()),
