@@ -88,8 +88,8 @@ def test_refine_probe_splits_the_round_by_first_attempt_and_verdict(tokenizer):
 # ------------------------------------------------------------------------------ the baseline arm's warm-up
 
 
-@pytest.mark.parametrize("preset", ["testbed_latin_cure", "testbed_latin_cure_check"])
-def test_the_grpo_arm_warms_up_in_the_cure_arms_guided_layout(preset):
+@pytest.mark.parametrize("preset, layout", [("testbed_latin_cure", "first"), ("testbed_latin_cure_check", "after")])
+def test_the_grpo_arm_warms_up_in_the_cure_arms_guided_layout(preset, layout):
     """The GRPO arm trains the warm-up both arms start from (`against_grpo.train_arms`); its guided re-solve rows
     must be posed as the CURE arm's RL and both arms' refinement pose them. When the layout was a CURE method knob,
     the plain arm's method reset dropped it: the warm-up taught "after" while everything after it asked "first",
@@ -106,8 +106,8 @@ def test_the_grpo_arm_warms_up_in_the_cure_arms_guided_layout(preset):
     as_plain_grpo(plain, verify_warmup=True)
     grpo_rc, grpo = start(plain)
     assert (type(cure).__name__, type(grpo).__name__) == ("CURE", "GRPO")
-    assert grpo_rc.data.guided_layout == cure_rc.data.guided_layout == "first"
-    assert row_formats(cure_rc.data).guided_layout == "first"
+    assert grpo_rc.data.guided_layout == cure_rc.data.guided_layout == layout
+    assert row_formats(cure_rc.data).guided_layout == layout
     assert grpo_rc.sft == cure_rc.sft  # the same warm-up, guided rows included
 
 

@@ -12,7 +12,8 @@ SFT, then critiques and guided re-solves of its own attempts) at the width where
 policy's own samples (`testbed_latin_check`, docs/results/testbed.md run 19), with run 19's check stage posed
 as critiques: 1,500 steps on the contrast pairs of 4,096 warm-up questions, each a worked solution and a wrong
 one whose critique opens with the check (`sft.check_rows = "critique"`), with 8,192 guided re-solve rows mixed in
-(`sft.check_guided_share = 2.0`), so the short re-solve rows are not left untrained beside ~430-token critiques.
+(`sft.check_guided_share = 2.0`), so the short re-solve rows are not left untrained beside ~430-token critiques;
+guided prompts in the paper's layout (`data.guided_layout = "after"`), which this width reads.
 Whether they are needed is not measured: the re-solve that fixed none of the wrong attempts its verdict flagged
 (seeds 0 at shares 0, 0.5 and 2.0) was a layout bug -- the bench's GRPO arm wrote the warm-up's guided rows in
 the paper's layout while CURE and refinement asked with the guidance first (fixed 2026-12-06: the layout is
@@ -29,6 +30,10 @@ def get_config():
     c.workdir = "runs/testbed_latin_cure_check"
     c.data.critique_format = "worked_check"
     c.sft.check_guided_share = 2.0
+    # The paper's layout again: the guidance-first layout of the 4 x 128 preset was a workaround for a width that
+    # lost the grid under a hint between grid and answer; this width reads it (seed 0: the re-solve fixed 20 of 51
+    # flagged wrong attempts, CURE's guided accuracy in RL ~0.35; docs/results/cure_testbed.md)
+    c.data.guided_layout = "after"
     # A critique pair row is ~460 tokens beside ~80 for a worked solution: one sequence per row left half of each
     # padded batch empty; packed, the same update is ~1.9x faster (docs/results/sft_packing.md)
     c.sft.pack = True
