@@ -53,6 +53,27 @@ def load_arm(cfg, questions: int, model: str = "final", tokenizer: str = "final"
             Tokenizer.from_pretrained(os.path.join(cfg.workdir, tokenizer)), examples, build_data(cfg.data, cfg.seed))
 
 
+def parse_bench_args(doc: str, method: str, argv=None, *, n_help: str, rounds_help: str):
+    """(arguments, `--config.` overrides, the loaded config) of a method-against-GRPO benchmark's command line;
+    a config whose method is not `method` is refused."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True, help=f"the {method.upper()} config (its method must be {method})")
+    ap.add_argument("--workdir", default=f"runs/bench_{method}")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the config's)")
+    ap.add_argument("--questions", type=int, default=256)
+    ap.add_argument("--n", type=int, default=8, help=n_help)
+    ap.add_argument("--rounds", type=int, default=2, help=rounds_help)
+    ap.add_argument("--no-progress", action="store_true")
+    args, overrides = config_overrides(ap, argv)
+    base = load_config_file(args.config, overrides)
+    if base.method.name != method:
+        raise SystemExit(f"--config {args.config}: method.name must be '{method}'")
+    return args, overrides, base
+
+
 def config_overrides(parser, argv=None):
     """(the parsed arguments, the `--config.SECTION.KNOB=VALUE` overrides among them); anything else is refused."""
     args, rest = parser.parse_known_args(argv)

@@ -24,7 +24,6 @@ Writes summary.json, summary.md and rho.png to the workdir; a finished run or ev
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -39,9 +38,8 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-from against_grpo import cached_eval, config_overrides, load_arm, save_eval, train_arms  # noqa: E402
+from against_grpo import cached_eval, load_arm, parse_bench_args, save_eval, train_arms  # noqa: E402
 from bench_credit import token_curve  # noqa: E402
-from jaxrl_reason.configs import load_config_file  # noqa: E402
 
 ARMS = ("grpo", "cipo")
 
@@ -111,19 +109,8 @@ def rho_plot(run_dirs: dict, path: str) -> None:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True, help="the CIPO config (its method must be cipo)")
-    ap.add_argument("--workdir", default="runs/bench_cipo")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the config's)")
-    ap.add_argument("--questions", type=int, default=256)
-    ap.add_argument("--n", type=int, default=8, help="samples per question for pass@1")
-    ap.add_argument("--rounds", type=int, default=2, help="test-time correction rounds")
-    ap.add_argument("--no-progress", action="store_true")
-    args, overrides = config_overrides(ap, argv)
-    base = load_config_file(args.config, overrides)
-    if base.method.name != "cipo":
-        raise SystemExit(f"--config {args.config}: method.name must be 'cipo'")
+    args, overrides, base = parse_bench_args(__doc__, "cipo", argv, n_help="samples per question for pass@1",
+                                             rounds_help="test-time correction rounds")
     # Both arms correct with the CIPO run's answer format at test time (the GRPO arm's method knobs are dropped).
     answer_instruction = str(base.method.extra.answer_instruction)
     # and with its correction budget (0 = the solve budget, rl.max_new_tokens)

@@ -22,7 +22,6 @@ Writes summary.json and summary.md to the workdir; a finished run or evaluation 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -37,9 +36,8 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-from against_grpo import cached_eval, config_overrides, load_arm, save_eval, train_arms  # noqa: E402
+from against_grpo import cached_eval, load_arm, parse_bench_args, save_eval, train_arms  # noqa: E402
 from bench_credit import token_curve  # noqa: E402
-from jaxrl_reason.configs import load_config_file  # noqa: E402
 
 ARMS = ("grpo", "cure")
 
@@ -94,19 +92,9 @@ def checks(grpo: dict, cure: dict) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True, help="the CURE config (its method must be cure)")
-    ap.add_argument("--workdir", default="runs/bench_cure")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--rl-steps", type=int, default=0, help="RL steps per arm (0 = the config's)")
-    ap.add_argument("--questions", type=int, default=256)
-    ap.add_argument("--n", type=int, default=8, help="samples per question for pass@1 and majority voting")
-    ap.add_argument("--rounds", type=int, default=2, help="self-refinement rounds")
-    ap.add_argument("--no-progress", action="store_true")
-    args, overrides = config_overrides(ap, argv)
-    base = load_config_file(args.config, overrides)
-    if base.method.name != "cure":
-        raise SystemExit(f"--config {args.config}: method.name must be 'cure'")
+    args, overrides, base = parse_bench_args(
+        __doc__, "cure", argv, n_help="samples per question for pass@1 and majority voting",
+        rounds_help="self-refinement rounds")
     # Both arms critique and re-solve with the CURE run's budget, guided layout and critique format at test time
     # (the GRPO arm's method knobs are dropped). The training budget counts what follows the forced start; with a
     # worked check the critic writes the check itself at test time, so its budget (data.check_tokens) is added.
