@@ -22,6 +22,51 @@ def test_checks_compare_cure_with_grpo():
     assert not (c["gain_positive_and_larger"] or c["f1_higher"] or c["well_formed_90"] or c["pass1_within_2"])
 
 
+def refine_eval(first_right: int, refined_right: int, flagged: list, n: int = 40) -> dict:
+    """An arm's saved evaluation over `n` questions: right on the first `first_right` first attempts and the first
+    `refined_right` after round 1; round 1's critic flags `flagged` and calls the rest right."""
+    from jaxrl_reason.inference.refine import RefineResult
+
+    correct = np.zeros((2, n), bool)
+    correct[0, :first_right], correct[1, :refined_right] = True, True
+    verdicts = np.zeros((1, n), np.int8)
+    verdicts[0, flagged] = 1
+    res = RefineResult(correct=correct, tokens=np.ones((2, n), np.int64), verdicts=verdicts,
+                       stopped=np.where(verdicts[0] == 0, 0, -1), solutions=[""] * n, critiques=[""] * n,
+                       well_formed=np.ones((1, n), bool))
+    return {"refinement": {"per_example": res.per_example()}}
+
+
+def test_paired_differences_resample_the_same_questions_for_both_arms():
+    """GRPO: refinement gains nothing, every verdict right (F1 1). CURE: round 1 fixes 10 of 40 (+25 points) and
+    its critic flags 5 right answers too (precision 20 / 25, F1 0.889): the gain's interval lies above zero and
+    the F1's below; identical arms differ by exactly zero; an evaluation without per-example records has none."""
+    wrong = list(range(20, 40))
+    grpo = refine_eval(20, 20, wrong)
+    cure = refine_eval(20, 30, list(range(5)) + wrong)
+    d = bench_cure.paired_differences(grpo, cure, draws=500, seed=0)
+    assert d["questions"] == 40 and np.isclose(d["gain_diff"], 0.25) and np.isclose(d["f1_diff"], 2 * 0.8 / 1.8 - 1)
+    assert 0 < d["gain_diff_95"][0] < d["gain_diff"] < d["gain_diff_95"][1]
+    assert d["f1_diff_95"][0] < d["f1_diff"] < d["f1_diff_95"][1] < 0
+    same = bench_cure.paired_differences(grpo, grpo, draws=50)
+    assert same["gain_diff_95"] == same["f1_diff_95"] == [0.0, 0.0]
+    assert bench_cure.paired_differences({"refinement": {"rows": []}}, cure) is None
+    with pytest.raises(ValueError, match="evaluated on 40 and 30 questions"):
+        bench_cure.paired_differences(grpo, refine_eval(20, 20, wrong[:10], n=30))
+
+
+def test_a_refinement_result_round_trips_through_its_per_example_record():
+    from jaxrl_reason.inference.refine import RefineResult
+
+    res = RefineResult.from_per_example(refine_eval(3, 5, [4, 6], n=8)["refinement"]["per_example"])
+    assert res.accuracy.tolist() == [3 / 8, 5 / 8] and res.verdicts.dtype == np.int8
+    again = RefineResult.from_per_example(res.per_example())
+    assert all(np.array_equal(getattr(res, k), getattr(again, k)) for k in ("correct", "verdicts", "well_formed"))
+    picked = res.take([4, 4, 0])  # a bootstrap draw repeats examples
+    assert picked.correct.tolist() == [[False, False, True], [True, True, True]]  # 4: fixed in round 1
+    assert picked.verdicts[0].tolist() == [1, 1, 0] and len(picked.solutions) == 3
+
+
 # ------------------------------------------------------------------------------ refine_probe.py's counts
 
 import types  # noqa: E402

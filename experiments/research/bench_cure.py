@@ -18,7 +18,10 @@ The issue's checks, per seed and as the median over seeds:
   2. CURE's verdict F1 (round 1, wrong = positive, an unparsed verdict scored as the wrong call) > GRPO's
   3. >= 90% of CURE's round-1 critiques well-formed
   4. CURE pass@1 >= GRPO pass@1 - 2 points
-Writes summary.json and summary.md to the workdir; a finished run or evaluation is reused.
+Beside checks 1 and 2, per seed, the CURE-minus-GRPO difference with a 95% interval over the questions resampled
+(`paired_differences`; both arms answer the same held-out questions). Writes summary.json and summary.md to the
+workdir; a finished run or evaluation is reused (one saved before the per-example records has no interval: delete
+its bench_eval.json to re-evaluate).
 """
 from __future__ import annotations
 
@@ -91,6 +94,33 @@ def checks(grpo: dict, cure: dict) -> dict:
             "pass1_within_2": cure["pass1"] >= grpo["pass1"] - 0.02}
 
 
+def paired_differences(grpo: dict, cure: dict, *, draws: int = 2000, seed: int = 0) -> dict | None:
+    """CURE minus GRPO on check 1 (the round 0 -> 1 gain) and check 2 (the round-1 strict verdict F1), each with
+    a 95% interval from resampling the held-out questions with replacement -- one draw for both arms, which
+    answered the same questions. None for an evaluation saved before the per-example records."""
+    from jaxrl_reason.inference.refine import RefineResult
+
+    if any("per_example" not in e["refinement"] for e in (grpo, cure)):
+        return None
+    g, c = (RefineResult.from_per_example(e["refinement"]["per_example"]) for e in (grpo, cure))
+    n = g.correct.shape[1]
+    if c.correct.shape[1] != n:
+        raise ValueError(f"paired_differences: the arms were evaluated on {n} and {c.correct.shape[1]} questions")
+
+    def scores(r):
+        return r.accuracy[1] - r.accuracy[0], r.verdict_metrics(1, strict=True)["f1"]
+
+    rng = np.random.default_rng(seed)
+    draws_ = []
+    for _ in range(draws):
+        idx = rng.integers(0, n, n)
+        draws_.append(np.subtract(scores(c.take(idx)), scores(g.take(idx))))
+    lo, hi = np.percentile(np.asarray(draws_), [2.5, 97.5], axis=0)
+    point = np.subtract(scores(c), scores(g))
+    return {"gain_diff": float(point[0]), "gain_diff_95": [float(lo[0]), float(hi[0])],
+            "f1_diff": float(point[1]), "f1_diff_95": [float(lo[1]), float(hi[1])], "questions": n}
+
+
 def main(argv=None):
     args, overrides, base = parse_bench_args(
         __doc__, "cure", argv, n_help="samples per question for pass@1 and majority voting",
@@ -118,7 +148,8 @@ def main(argv=None):
                                       critique_tokens=critique_tokens, progress=not args.no_progress,
                                       critique_format=critique_format,
                                       guided_layout=guided_layout)
-        per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cure"])}
+        per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cure"]),
+                          "paired": paired_differences(evals["grpo"], evals["cure"], seed=seed)}
 
     lines = ["| seed | arm | pass@1 | " + " | ".join(f"round {t} acc / tokens" for t in range(args.rounds + 1))
              + " | maj at round-1 tokens | strict verdict F1 (round 1) | well-formed | train tokens (M) |",
@@ -131,6 +162,13 @@ def main(argv=None):
                          + " | ".join(f"{r['acc']:.3f} / {r['tokens']:.0f}" for r in rows)
                          + f" | {rows[1]['majority_same_tokens']:.3f} | {rows[1]['verdict_f1_strict']:.3f} | "
                          f"{rows[1]['well_formed']:.3f} | {e['train_tokens'] / 1e6:.2f} |")
+    paired = [(seed, res["paired"]) for seed, res in per_seed.items() if res["paired"]]
+    if paired:
+        lines += ["", "CURE minus GRPO per seed, 95% intervals over the questions resampled (one draw for both arms):",
+                  ""] + [f"- seed {seed}: round 0 -> 1 gain {p['gain_diff'] * 100:+.1f} points "
+                         f"[{p['gain_diff_95'][0] * 100:+.1f}, {p['gain_diff_95'][1] * 100:+.1f}]; strict verdict F1 "
+                         f"{p['f1_diff']:+.3f} [{p['f1_diff_95'][0]:+.3f}, {p['f1_diff_95'][1]:+.3f}]"
+                         for seed, p in paired]
     keys = ("cure_gain", "grpo_gain", "cure_f1", "grpo_f1", "cure_well_formed", "cure_pass1", "grpo_pass1")
     med = {k: float(np.median([r["checks"][k] for r in per_seed.values()])) for k in keys}
     lines += ["", "Medians over seeds: " + ", ".join(f"{k} {v:.3f}" for k, v in med.items()), "",

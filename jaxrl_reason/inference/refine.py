@@ -52,6 +52,28 @@ class RefineResult(NamedTuple):
     critiques: list
     well_formed: np.ndarray
 
+    def per_example(self) -> dict:
+        """The per-example arrays as JSON-ready lists (correct, tokens, verdicts, stopped, well_formed): what a
+        paired comparison of two runs on the same examples resamples (`from_per_example`, `take`)."""
+        return {k: np.asarray(getattr(self, k)).astype(int).tolist()
+                for k in ("correct", "tokens", "verdicts", "stopped", "well_formed")}
+
+    @classmethod
+    def from_per_example(cls, arrays: dict) -> "RefineResult":
+        """The result `per_example` wrote, without its texts."""
+        correct = np.asarray(arrays["correct"], bool)
+        n = correct.shape[1]
+        return cls(correct=correct, tokens=np.asarray(arrays["tokens"], np.int64),
+                   verdicts=np.asarray(arrays["verdicts"], np.int8), stopped=np.asarray(arrays["stopped"], np.int64),
+                   solutions=[""] * n, critiques=[""] * n, well_formed=np.asarray(arrays["well_formed"], bool))
+
+    def take(self, idx) -> "RefineResult":
+        """The result over examples `idx` (repeats allowed: a bootstrap draw)."""
+        idx = np.asarray(idx, np.int64)
+        return RefineResult(correct=self.correct[:, idx], tokens=self.tokens[:, idx], verdicts=self.verdicts[:, idx],
+                            stopped=self.stopped[idx], solutions=[self.solutions[i] for i in idx],
+                            critiques=[self.critiques[i] for i in idx], well_formed=self.well_formed[:, idx])
+
     @property
     def accuracy(self) -> np.ndarray:
         """float [T + 1]: accuracy after each round."""

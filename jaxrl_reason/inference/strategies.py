@@ -64,7 +64,8 @@ def refinement_report(result: RefineResult, *, pool_classes: Optional[np.ndarray
     question, and for t >= 1 the verdict precision / recall / F1 of that round's critiques (wrong = positive),
     its strict F1 (an unparsed verdict scored as the wrong call), how many were written, the share whose verdict
     parsed and the share that parse with every field; with a pool, "majority_same_tokens" beside
-    each round (`majority_at_tokens`)."""
+    each round (`majority_at_tokens`); "per_example" holds the arrays (`RefineResult.per_example`) for paired
+    comparisons."""
     rows = []
     for t, (acc, tok) in enumerate(zip(result.accuracy, result.tokens_per_example)):
         row = {"round": t, "acc": float(acc), "tokens": float(tok)}
@@ -82,7 +83,8 @@ def refinement_report(result: RefineResult, *, pool_classes: Optional[np.ndarray
     pooled = result.verdict_metrics()
     return {"rows": rows, "verdict": pooled, "verdict_strict": result.verdict_metrics(strict=True),
             "verdict_parsed": result.verdict_parsed_share(), "well_formed": result.well_formed_share(),
-            "settled": float(np.mean(result.stopped >= 0)) if result.stopped.size else 0.0}
+            "settled": float(np.mean(result.stopped >= 0)) if result.stopped.size else 0.0,
+            "per_example": result.per_example()}
 
 
 def evaluate_refinement(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, *, rounds: int,
