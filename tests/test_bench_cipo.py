@@ -41,6 +41,27 @@ def test_checks_compare_cipo_with_grpo():
 
 
 @pytest.mark.slow
+def test_paired_intervals_compare_fix_and_break_rates_on_the_same_questions():
+    """60 questions, both arms' attempts right on the first 30. GRPO's correction fixes 3 wrong ones and breaks 10
+    right ones; CIPO's fixes 15 and breaks none: +40 points of fixes, -33.3 of breaks, +36.7 of round-1 accuracy,
+    each interval on its side of zero."""
+    import numpy as np
+
+    def correction(fixed, broken):
+        c = np.zeros((2, 60), int)
+        c[0, :30] = 1
+        c[1, broken:30 + fixed] = 1
+        return {"correction": {"correct": c.tolist()}}
+
+    d = bench_cipo.paired(correction(3, 10), correction(15, 0), draws=500)
+    assert d["questions"] == 60
+    assert d["fix"]["diff"] == pytest.approx(0.4) and d["fix"]["95"][0] > 0
+    assert d["break"]["diff"] == pytest.approx(-1 / 3) and d["break"]["95"][1] < 0
+    assert d["acc"]["diff"] == pytest.approx(22 / 60) and d["acc"]["95"][0] > 0
+    with pytest.raises(ValueError, match="evaluated on 60 and 2 questions"):
+        bench_cipo.paired(correction(3, 10), {"correction": {"correct": [[1, 0], [1, 1]]}})
+
+
 def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
     """Both arms train from one warm-up, are evaluated with correction rounds, and the table, summary and rho
     plot are written; CIPO's rho is logged every step; a `--config.` override reaches both arms."""
@@ -66,10 +87,12 @@ def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
         assert c["correct/round1/tokens_per_example"] > 0
         assert set(ev[a]["resample"]) == {"fix", "break"}
     root = tmp_path / "bench"
-    assert (root / "summary.md").read_text().count("| 0 |") == 2 and "resample" in (root / "summary.md").read_text() and (root / "rho.png").stat().st_size > 0
+    summary = (root / "summary.md").read_text()
+    assert summary.count("| 0 |") == 2 and "resample" in summary and (root / "rho.png").stat().st_size > 0
     rhos = [json.loads(line) for line in (root / "seed0" / "cipo" / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert sum("cipo/rho" in r for r in rhos) == 3
     assert json.loads((root / "seed0" / "grpo" / "results.json").read_text())["rl_steps"] == 3
+    assert per_seed[0]["paired"]["questions"] == 4 and "- seed 0: fix " in (root / "summary.md").read_text()
     assert json.loads((root / "summary.json").read_text())["args"]["overrides"] == ["--config.rl.steps=3"]
     with pytest.raises(SystemExit):  # anything that is neither a flag nor a config knob is refused
         bench_cipo.main(["--config", str(path), "--workdir", str(root), "--config.rl.steps=3", "--rl_steps=3"])

@@ -37,22 +37,25 @@ def refine_eval(first_right: int, refined_right: int, flagged: list, n: int = 40
     return {"refinement": {"per_example": res.per_example()}}
 
 
-def test_paired_differences_resample_the_same_questions_for_both_arms():
+def test_paired_intervals_resample_the_same_questions_for_both_arms():
     """GRPO: refinement gains nothing, every verdict right (F1 1). CURE: round 1 fixes 10 of 40 (+25 points) and
     its critic flags 5 right answers too (precision 20 / 25, F1 0.889): the gain's interval lies above zero and
     the F1's below; identical arms differ by exactly zero; an evaluation without per-example records has none."""
     wrong = list(range(20, 40))
     grpo = refine_eval(20, 20, wrong)
     cure = refine_eval(20, 30, list(range(5)) + wrong)
-    d = bench_cure.paired_differences(grpo, cure, draws=500, seed=0)
-    assert d["questions"] == 40 and np.isclose(d["gain_diff"], 0.25) and np.isclose(d["f1_diff"], 2 * 0.8 / 1.8 - 1)
-    assert 0 < d["gain_diff_95"][0] < d["gain_diff"] < d["gain_diff_95"][1]
-    assert d["f1_diff_95"][0] < d["f1_diff"] < d["f1_diff_95"][1] < 0
-    same = bench_cure.paired_differences(grpo, grpo, draws=50)
-    assert same["gain_diff_95"] == same["f1_diff_95"] == [0.0, 0.0]
-    assert bench_cure.paired_differences({"refinement": {"rows": []}}, cure) is None
+    d = bench_cure.paired(grpo, cure, draws=500, seed=0)
+    gain, f1 = d["gain"], d["f1"]
+    assert d["questions"] == 40 and np.isclose(gain["diff"], 0.25) and np.isclose(f1["diff"], 2 * 0.8 / 1.8 - 1)
+    assert 0 < gain["95"][0] < gain["diff"] < gain["95"][1]
+    assert f1["95"][0] < f1["diff"] < f1["95"][1] < 0
+    line = bench_cure.interval_line("seed 0", d, bench_cure.PAIRED, (100, 1))
+    assert line.startswith("- seed 0: gain +25.0 [+") and "; f1 -0.111 [-" in line
+    same = bench_cure.paired(grpo, grpo, draws=50)
+    assert same["gain"]["95"] == same["f1"]["95"] == [0.0, 0.0]
+    assert bench_cure.paired({"refinement": {"rows": []}}, cure) is None
     with pytest.raises(ValueError, match="evaluated on 40 and 30 questions"):
-        bench_cure.paired_differences(grpo, refine_eval(20, 20, wrong[:10], n=30))
+        bench_cure.paired(grpo, refine_eval(20, 20, wrong[:10], n=30))
 
 
 def test_a_refinement_result_round_trips_through_its_per_example_record():

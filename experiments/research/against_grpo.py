@@ -1,10 +1,13 @@
 """What the method-against-GRPO benchmarks (bench_cure, bench_cipo) share: per seed, a GRPO arm that makes the
 warm-up and the method's arm that starts from it, the same RL steps for both, and a finished arm loaded for
-evaluation with its own held-out split and task."""
+evaluation with its own held-out split and task, and the paired comparison of two arms' per-question results."""
 from __future__ import annotations
 
 import json
 import os
+from typing import Callable, Sequence
+
+import numpy as np
 
 from bench_rlv import as_plain_grpo, share_warmup, trained
 from jaxrl_reason.configs import load_config_file
@@ -51,6 +54,34 @@ def load_arm(cfg, questions: int, model: str = "final", tokenizer: str = "final"
     examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
     return (load_pretrained(os.path.join(cfg.workdir, model)),
             Tokenizer.from_pretrained(os.path.join(cfg.workdir, tokenizer)), examples, build_data(cfg.data, cfg.seed))
+
+
+def paired_differences(scores: Callable[[object, np.ndarray], Sequence[float]], base, method, n: int, *,
+                       names: Sequence[str], draws: int = 2000, seed: int = 0) -> dict:
+    """`method` minus `base` on each score `scores(arm, question_indices)` returns, with a 95% interval from
+    resampling the `n` held-out questions with replacement -- one draw for both arms, which answered the same
+    questions (a rate over a subset the draw leaves empty is nan and skipped). {name: {"diff", "95"}, "questions"}."""
+    if len(names) != len(scores(base, np.arange(n))):
+        raise ValueError(f"paired_differences: {len(names)} names for {len(scores(base, np.arange(n)))} scores")
+    point = np.subtract(scores(method, np.arange(n)), scores(base, np.arange(n)))
+    rng = np.random.default_rng(seed)
+    d = np.asarray([np.subtract(scores(method, i), scores(base, i))
+                    for i in (rng.integers(0, n, n) for _ in range(draws))])
+    # a score no draw defines (e.g. a break rate where no attempt was right) has no interval
+    lo, hi = np.array([np.nanpercentile(col, [2.5, 97.5]) if np.isfinite(col).any() else [np.nan] * 2
+                       for col in d.T]).T
+    return {**{k: {"diff": float(p), "95": [float(a), float(b)]} for k, p, a, b in zip(names, point, lo, hi)},
+            "questions": n}
+
+
+def interval_line(label: str, d: dict, names: Sequence[str], scale: Sequence[float]) -> str:
+    """'- label: name +x [lo, hi]; ...' from `paired_differences`' result, each value times its scale (100: in
+    points, one decimal; otherwise three decimals)."""
+    def fmt(x, m):
+        return f"{x * m:+.1f}" if m == 100 else f"{x * m:+.3f}"
+
+    return f"- {label}: " + "; ".join(f"{k} {fmt(d[k]['diff'], m)} [{fmt(d[k]['95'][0], m)}, {fmt(d[k]['95'][1], m)}]"
+                                      for k, m in zip(names, scale))
 
 
 def parse_bench_args(doc: str, method: str, argv=None, *, n_help: str, rounds_help: str):

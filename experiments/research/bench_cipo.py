@@ -20,6 +20,8 @@ The issue's checks, per seed and as the median over seeds:
 Beside them, per arm, the resample reference (`resample_reference`): the share of the wrong greedy attempts that a
 fresh sample at the training temperature gets right, and of the right ones it gets wrong -- what a "correction"
 that ignored the attempt would score; a fix rate below it means the correction is anchored on the wrong attempt.
+Per seed, CIPO minus GRPO on the round-1 fix and break rates and accuracy, each with a 95% interval over the
+questions resampled (`paired`; both arms answer the same held-out questions).
 Writes summary.json, summary.md and rho.png to the workdir; a finished run or evaluation is reused.
 """
 from __future__ import annotations
@@ -38,10 +40,12 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-from against_grpo import cached_eval, load_arm, parse_bench_args, save_eval, train_arms  # noqa: E402
+from against_grpo import (cached_eval, interval_line, load_arm, paired_differences, parse_bench_args,  # noqa: E402
+                          save_eval, train_arms)
 from bench_credit import token_curve  # noqa: E402
 
 ARMS = ("grpo", "cipo")
+PAIRED = ("fix", "break", "acc")  # round 1, compared per question
 
 
 def resample_reference(attempt_correct, sample_correct) -> dict:
@@ -96,6 +100,21 @@ def checks(grpo: dict, cipo: dict) -> dict:
             "cipo_resample_fix": nan0(cipo["resample"]["fix"]), "grpo_resample_fix": nan0(grpo["resample"]["fix"])}
 
 
+def paired(grpo: dict, cipo: dict, *, draws: int = 2000, seed: int = 0) -> dict:
+    """CIPO minus GRPO on checks 1 and 2 (round-1 "fix" and "break" rates of each arm's own greedy attempts) and
+    on round-1 accuracy ("acc"), with 95% intervals (`against_grpo.paired_differences`)."""
+    g, c = (np.asarray(e["correction"]["correct"], bool) for e in (grpo, cipo))
+    if c.shape[1] != g.shape[1]:
+        raise ValueError(f"paired: the arms were evaluated on {g.shape[1]} and {c.shape[1]} questions")
+    rate = lambda mask, val: float(val[mask].mean()) if mask.any() else float("nan")  # noqa: E731
+
+    def scores(correct, idx):
+        before, after = correct[0, idx], correct[1, idx]
+        return rate(~before, after), rate(before, ~after), float(after.mean())
+
+    return paired_differences(scores, g, c, g.shape[1], names=PAIRED, draws=draws, seed=seed)
+
+
 def rho_plot(run_dirs: dict, path: str) -> None:
     """CIPO's replay ratio rho against the step, one curve per seed."""
     from jaxrl_reason.experiment.plots import training_curves
@@ -133,7 +152,8 @@ def main(argv=None):
             evals[arm] = evaluate_arm(cfg, questions=args.questions, n=args.n, rounds=args.rounds,
                                       answer_instruction=answer_instruction, progress=not args.no_progress,
                                       correction_tokens=correction_tokens)
-        per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cipo"])}
+        per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cipo"]),
+                          "paired": paired(evals["grpo"], evals["cipo"], seed=seed)}
 
     lines = ["| seed | arm | pass@1 | greedy attempt acc | "
              + " | ".join(f"round {t}: acc / fixed / broken / tokens" for t in range(1, args.rounds + 1))
@@ -147,6 +167,9 @@ def main(argv=None):
                 f"{c[f'correct/round{t}/break_rate']:.3f} / {c[f'correct/round{t}/tokens_per_example']:.0f}"
                 for t in range(1, args.rounds + 1))
                 + f" | {e['resample']['fix']:.3f} / {e['resample']['break']:.3f} | {e['train_tokens'] / 1e6:.2f} |")
+    lines += ["", "CIPO minus GRPO per seed (round 1, points), 95% intervals over the questions resampled:", ""]
+    lines += [interval_line(f"seed {seed}", res["paired"], PAIRED, (100,) * len(PAIRED))
+              for seed, res in per_seed.items()]
     keys = ("cipo_fix", "grpo_fix", "cipo_break", "grpo_break", "cipo_pass1", "grpo_pass1", "cipo_resample_fix",
             "grpo_resample_fix")
     med = {k: float(np.median([r["checks"][k] for r in per_seed.values()])) for k in keys}

@@ -19,7 +19,7 @@ The issue's checks, per seed and as the median over seeds:
   3. >= 90% of CURE's round-1 critiques well-formed
   4. CURE pass@1 >= GRPO pass@1 - 2 points
 Beside checks 1 and 2, per seed, the CURE-minus-GRPO difference with a 95% interval over the questions resampled
-(`paired_differences`; both arms answer the same held-out questions). Writes summary.json and summary.md to the
+(`paired`; both arms answer the same held-out questions). Writes summary.json and summary.md to the
 workdir; a finished run or evaluation is reused (one saved before the per-example records has no interval: delete
 its bench_eval.json to re-evaluate).
 """
@@ -39,10 +39,12 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-from against_grpo import cached_eval, load_arm, parse_bench_args, save_eval, train_arms  # noqa: E402
+from against_grpo import (cached_eval, interval_line, load_arm, paired_differences, parse_bench_args,  # noqa: E402
+                          save_eval, train_arms)
 from bench_credit import token_curve  # noqa: E402
 
 ARMS = ("grpo", "cure")
+PAIRED = ("gain", "f1")  # checks 1 and 2, compared per question
 
 
 def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: int, progress: bool,
@@ -94,31 +96,23 @@ def checks(grpo: dict, cure: dict) -> dict:
             "pass1_within_2": cure["pass1"] >= grpo["pass1"] - 0.02}
 
 
-def paired_differences(grpo: dict, cure: dict, *, draws: int = 2000, seed: int = 0) -> dict | None:
-    """CURE minus GRPO on check 1 (the round 0 -> 1 gain) and check 2 (the round-1 strict verdict F1), each with
-    a 95% interval from resampling the held-out questions with replacement -- one draw for both arms, which
-    answered the same questions. None for an evaluation saved before the per-example records."""
+def paired(grpo: dict, cure: dict, *, draws: int = 2000, seed: int = 0) -> dict | None:
+    """CURE minus GRPO on check 1 ("gain": round 0 -> 1 accuracy) and check 2 ("f1": round-1 strict verdict F1)
+    with 95% intervals (`against_grpo.paired_differences`); None for an evaluation saved before the per-example
+    records."""
     from jaxrl_reason.inference.refine import RefineResult
 
     if any("per_example" not in e["refinement"] for e in (grpo, cure)):
         return None
     g, c = (RefineResult.from_per_example(e["refinement"]["per_example"]) for e in (grpo, cure))
-    n = g.correct.shape[1]
-    if c.correct.shape[1] != n:
-        raise ValueError(f"paired_differences: the arms were evaluated on {n} and {c.correct.shape[1]} questions")
+    if c.correct.shape[1] != g.correct.shape[1]:
+        raise ValueError(f"paired: the arms were evaluated on {g.correct.shape[1]} and {c.correct.shape[1]} questions")
 
-    def scores(r):
+    def scores(r, idx):
+        r = r.take(idx)
         return r.accuracy[1] - r.accuracy[0], r.verdict_metrics(1, strict=True)["f1"]
 
-    rng = np.random.default_rng(seed)
-    draws_ = []
-    for _ in range(draws):
-        idx = rng.integers(0, n, n)
-        draws_.append(np.subtract(scores(c.take(idx)), scores(g.take(idx))))
-    lo, hi = np.percentile(np.asarray(draws_), [2.5, 97.5], axis=0)
-    point = np.subtract(scores(c), scores(g))
-    return {"gain_diff": float(point[0]), "gain_diff_95": [float(lo[0]), float(hi[0])],
-            "f1_diff": float(point[1]), "f1_diff_95": [float(lo[1]), float(hi[1])], "questions": n}
+    return paired_differences(scores, g, c, g.correct.shape[1], names=PAIRED, draws=draws, seed=seed)
 
 
 def main(argv=None):
@@ -149,7 +143,7 @@ def main(argv=None):
                                       critique_format=critique_format,
                                       guided_layout=guided_layout)
         per_seed[seed] = {"evals": evals, "checks": checks(evals["grpo"], evals["cure"]),
-                          "paired": paired_differences(evals["grpo"], evals["cure"], seed=seed)}
+                          "paired": paired(evals["grpo"], evals["cure"], seed=seed)}
 
     lines = ["| seed | arm | pass@1 | " + " | ".join(f"round {t} acc / tokens" for t in range(args.rounds + 1))
              + " | maj at round-1 tokens | strict verdict F1 (round 1) | well-formed | train tokens (M) |",
@@ -162,13 +156,11 @@ def main(argv=None):
                          + " | ".join(f"{r['acc']:.3f} / {r['tokens']:.0f}" for r in rows)
                          + f" | {rows[1]['majority_same_tokens']:.3f} | {rows[1]['verdict_f1_strict']:.3f} | "
                          f"{rows[1]['well_formed']:.3f} | {e['train_tokens'] / 1e6:.2f} |")
-    paired = [(seed, res["paired"]) for seed, res in per_seed.items() if res["paired"]]
-    if paired:
-        lines += ["", "CURE minus GRPO per seed, 95% intervals over the questions resampled (one draw for both arms):",
-                  ""] + [f"- seed {seed}: round 0 -> 1 gain {p['gain_diff'] * 100:+.1f} points "
-                         f"[{p['gain_diff_95'][0] * 100:+.1f}, {p['gain_diff_95'][1] * 100:+.1f}]; strict verdict F1 "
-                         f"{p['f1_diff']:+.3f} [{p['f1_diff_95'][0]:+.3f}, {p['f1_diff_95'][1]:+.3f}]"
-                         for seed, p in paired]
+    intervals = [interval_line(f"seed {seed}", res["paired"], PAIRED, (100, 1))
+                 for seed, res in per_seed.items() if res["paired"]]
+    if intervals:
+        lines += ["", "CURE minus GRPO per seed (gain in points, strict verdict F1), 95% intervals over the questions "
+                  "resampled:", ""] + intervals
     keys = ("cure_gain", "grpo_gain", "cure_f1", "grpo_f1", "cure_well_formed", "cure_pass1", "grpo_pass1")
     med = {k: float(np.median([r["checks"][k] for r in per_seed.values()])) for k in keys}
     lines += ["", "Medians over seeds: " + ", ".join(f"{k} {v:.3f}" for k, v in med.items()), "",
