@@ -61,9 +61,11 @@ def paired_differences(scores: Callable[[object, np.ndarray], Sequence[float]], 
     """`method` minus `base` on each score `scores(arm, question_indices)` returns, with a 95% interval from
     resampling the `n` held-out questions with replacement -- one draw for both arms, which answered the same
     questions (a rate over a subset the draw leaves empty is nan and skipped). {name: {"diff", "95"}, "questions"}."""
-    if len(names) != len(scores(base, np.arange(n))):
-        raise ValueError(f"paired_differences: {len(names)} names for {len(scores(base, np.arange(n)))} scores")
-    point = np.subtract(scores(method, np.arange(n)), scores(base, np.arange(n)))
+    every = np.arange(n)
+    base_scores = scores(base, every)
+    if len(names) != len(base_scores):
+        raise ValueError(f"paired_differences: {len(names)} names for {len(base_scores)} scores")
+    point = np.subtract(scores(method, every), base_scores)
     rng = np.random.default_rng(seed)
     d = np.asarray([np.subtract(scores(method, i), scores(base, i))
                     for i in (rng.integers(0, n, n) for _ in range(draws))])
