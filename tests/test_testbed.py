@@ -1003,7 +1003,7 @@ def test_the_worked_check_cure_preset_starts_with_its_critique_check_stage():
     assert (rc.data.critique_format, rc.sft.check_rows, rc.sft.check_steps) == ("worked_check", "critique", 1500)
     assert rc.data.verify_format == "verdict" and rc.model.hidden_size == 256 and rc.sft.pack
     assert rc.sft.check_guided_share == 2.0  # the stage keeps the guided re-solve alive
-    assert type(method).__name__ == "CURE" and rc.data.guided_layout == "first"
+    assert type(method).__name__ == "CURE" and rc.data.guided_layout == "after"  # the 4 x 256 width reads it
 
 
 @pytest.mark.slow
