@@ -73,8 +73,10 @@ def read_method_config(values) -> MethodConfig:
         raise ValueError(f"config method.estimator={estimator!r} is unknown; available: {sorted(ESTIMATORS)}")
     extra, kwargs = plain(values.get("extra")), plain(values.get("estimator_kwargs"))
     removed = getattr(METHODS[name], "removed_knobs", {})
-    for k in sorted(set(extra) & set(removed)):
-        raise ValueError(f"config method.extra.{k} was removed (method {name!r}): {removed[k]}")
+    gone = sorted(set(extra) & set(removed))
+    if gone:
+        raise ValueError("; ".join(f"config method.extra.{k} was removed (method {name!r}): {removed[k]}"
+                                   for k in gone))
     check_known("method.extra", extra, method_knobs(name), what=f"method {name!r}")
     check_known("method.estimator_kwargs", kwargs, estimator_knobs(estimator), what=f"estimator {estimator!r}")
     loss = read_section(PolicyLossConfig, "method", {k: v for k, v in values.items() if k not in own})
