@@ -133,6 +133,76 @@ def test_refine_probe_splits_the_round_by_first_attempt_and_verdict(tokenizer):
     assert sorted(q for q, n in solves.items() if n == 2) == [4, 5, 6]  # the fresh sample: flagged wrong ones only
 
 
+
+def latin_check_case():
+    """A Latin-square question, its right answer's text and the task's worked check of it."""
+    from jaxrl_reason.data.latin_square import latin_square_examples, solution_text
+    from jaxrl_reason.data.testbed import critique_check, task_of
+
+    e = latin_square_examples(1, seed=0)[0]
+    right = solution_text(list(e.meta["square"]))
+    return e, right, critique_check(task_of("latin_square"), e.question, right)
+
+
+def test_check_outcome_names_the_first_fault_of_a_written_check():
+    _, _, check = latin_check_case()
+    lines = check.split("\n")
+    assert lines[0].endswith(" ok") and len(lines) == 8
+    verdict = "\nERROR_FOUND: false"
+    assert refine_probe.check_outcome(check, check + verdict) == "exact"
+    head, _, mark = lines[1].rpartition(" ")
+    miscopied = head[:-1] + ("A" if head[-1] != "A" else "B") + " " + mark  # the row rewritten, still marked ok
+    assert refine_probe.check_outcome(check, "\n".join(lines[:1] + [miscopied] + lines[2:]) + verdict) == "copy"
+    marked = "\n".join(lines[:5] + [lines[5].rpartition(" ")[0] + " repeat"] + lines[6:])
+    assert refine_probe.check_outcome(check, marked + verdict) == "mark"
+    assert refine_probe.check_outcome(check, "\n".join(lines[:3] + lines[4:]) + verdict) == "lines"
+    assert refine_probe.check_outcome(check, "ERROR_FOUND: true") == "lines"
+    # the first fault in line order names the kind
+    assert refine_probe.check_outcome(check, "\n".join([lines[0], miscopied, lines[2], lines[3], lines[4],
+                                                        marked.split("\n")[5]] + lines[6:])) == "copy"
+
+
+def test_refine_probe_critiques_the_attempts_it_is_given_and_splits_their_checks(tokenizer):
+    """Round 0 from `initial` (no first solve drawn); with a worked-check critique, the critic's check is compared
+    with the task's: a right attempt flagged after a miscopied row, a wrong one flagged after an exact check."""
+    from jaxrl_reason.data.latin_square import solution_text
+    from jaxrl_reason.data.testbed import critique_check, reward, task_of
+
+    latin = task_of("latin_square")
+    e, right, check = latin_check_case()
+    cells = list(e.meta["square"])
+    wrong = solution_text(cells[4:8] + cells[4:])  # row 2 twice: columns repeat
+    wrong_check = critique_check(latin, e.question, wrong)
+    lines = check.split("\n")
+    head, _, mark = lines[0].rpartition(" ")
+    miscopied = "\n".join([head[:-1] + ("A" if head[-1] != "A" else "B") + " repeat"] + lines[1:])
+    fields = f"ERROR_FOUND: true\nERROR_QUOTE: row\nWHY_IT_MATTERS: y\nHIGH_LEVEL_HINT: {HINT}"
+    drawn = []
+
+    def generate(prompts, *, max_new_tokens):
+        out = []
+        for p in prompts:
+            text = tokenizer.decode(p)
+            drawn.append("critique" if "Find the earliest error" in text else "solve")
+            if "Find the earliest error" in text:
+                reply = f"{miscopied if right in text else wrong_check}\n{fields}"
+            else:
+                reply = right
+            out.append(tokenizer.encode(reply))
+        return out
+
+    examples = [e, e]
+    task = types.SimpleNamespace(prompt_fn=solve_prompt,
+                                 reward_fn=lambda texts, exs: reward(latin, texts, exs))
+    cfg = load_config_file(os.path.join(os.path.dirname(RESEARCH), "configs", "testbed_latin_cure_check.py"))
+    c = refine_probe.probe(cfg, None, tokenizer, examples, task, generate=generate, initial=[right, wrong],
+                           initial_tokens=[5, 5])
+    assert drawn[:2] == ["critique", "critique"]  # no round-0 solve: the attempts were given
+    assert (c["round0"], c["right_redone"], c["wrong_redone"]) == (0.5, 1, 1)
+    assert c["checks"]["right_redone"] == {"exact": 0, "lines": 0, "copy": 1, "mark": 0}
+    assert c["checks"]["wrong_redone"] == {"exact": 1, "lines": 0, "copy": 0, "mark": 0}
+    assert sum(sum(v.values()) for v in c["checks"].values()) == 2
+
 # ------------------------------------------------------------------------------ the baseline arm's warm-up
 
 
