@@ -58,6 +58,27 @@ def test_paired_intervals_resample_the_same_questions_for_both_arms():
         bench_cure.paired(grpo, refine_eval(20, 20, wrong[:10], n=30))
 
 
+def test_the_resample_reference_puts_guided_re_solves_beside_fresh_samples():
+    """40 questions, right first on 0-19; round 1 sends back 5 right (0-4) and the 20 wrong, fixes 10 of the wrong
+    (20-29) and keeps every right one. The pool's other 3 samples: right on one of them for questions 20-39, on all
+    three for 0-19 -- a fresh sample fixes 1/3 of the wrong, a guided re-solve 1/2."""
+    ev = refine_eval(20, 30, list(range(5)) + list(range(20, 40)))
+    pool = np.zeros((40, 4), bool)
+    pool[:20] = True
+    pool[20:, 1] = True
+    r = bench_cure.resample_reference(ev["refinement"], pool)
+    assert (r["redone_wrong"], r["redone_right"]) == (20, 5)
+    assert np.isclose(r["fix"], 0.5) and np.isclose(r["resample_fix"], 1 / 3)
+    assert r["keep"] == 1.0 and r["resample_keep"] == 1.0
+    assert bench_cure.resample_cells({"resample": r}) == "20: 0.500 / 0.333 | 5: 1.000 / 1.000"
+    assert bench_cure.resample_cells({}) == "- | -"
+    nobody = bench_cure.resample_reference(refine_eval(20, 20, [])["refinement"], pool)
+    assert nobody["redone_wrong"] == 0 and np.isnan(nobody["fix"]) and np.isnan(nobody["resample_fix"])
+    with pytest.raises(ValueError, match="are not refinement's round 0"):
+        bench_cure.resample_reference(ev["refinement"], ~pool)
+    with pytest.raises(ValueError, match=r"must be \[40 questions, >= 2 samples\]"):
+        bench_cure.resample_reference(ev["refinement"], pool[:, :1])
+
 def test_a_refinement_result_round_trips_through_its_per_example_record():
     from jaxrl_reason.inference.refine import RefineResult
 

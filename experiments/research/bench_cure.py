@@ -19,7 +19,9 @@ The issue's checks, per seed and as the median over seeds:
   3. >= 90% of CURE's round-1 critiques well-formed
   4. CURE pass@1 >= GRPO pass@1 - 2 points
 Beside checks 1 and 2, per seed, the CURE-minus-GRPO difference with a 95% interval over the questions resampled
-(`paired`; both arms answer the same held-out questions). Writes summary.json and summary.md to the
+(`paired`; both arms answer the same held-out questions), and per arm what round 1's guided re-solves are worth
+against re-sampling (`resample_reference`: the share of the sent-back wrong attempts a re-solve fixed beside the
+accuracy of fresh unguided samples of the same questions, the pool's others). Writes summary.json and summary.md to the
 workdir; a finished run or evaluation is reused (one saved before the per-example records has no interval: delete
 its bench_eval.json to re-evaluate).
 """
@@ -54,7 +56,7 @@ def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: i
     from jaxrl_reason.inference.test_time import evaluate
 
     key = {"questions": questions, "n": n, "rounds": rounds, "rl_steps": cfg.rl.steps,
-           "critique_tokens": critique_tokens, "guided_layout": guided_layout}
+           "critique_tokens": critique_tokens, "guided_layout": guided_layout, "resample": True}
     if critique_format != "fields":  # keeps the cache keys of earlier evaluations
         key["critique_format"] = critique_format
     cached = cached_eval(cfg, key)
@@ -72,9 +74,37 @@ def evaluate_arm(cfg, *, questions: int, n: int, rounds: int, critique_tokens: i
         pool_correct=[s["correct"] for s in samples], tokens_per_sample=pool["mean_completion_tokens"],
         temperature=cfg.rl.temperature, seed=cfg.seed, guided_layout=guided_layout, critique_format=critique_format)
     refine.pop("critiques")
+    pool_correct = [[bool(c) for c in s["correct"]] for s in samples]
     return save_eval(cfg, {"key": key, "pass1": pool["sample_accuracy"], "majority": pool["strategies"]["majority"],
-                           "ks": pool["ks"], "refinement": refine,
+                           "ks": pool["ks"], "refinement": refine, "pool_correct": pool_correct,
+                           "resample": resample_reference(refine, pool_correct),
                            "train_tokens": token_curve(cfg.workdir)["total_tokens"]})
+
+
+def resample_reference(refinement: dict, pool_correct) -> dict:
+    """What round 1's re-solves are worth against re-sampling. Over the questions whose first attempt (the pool's
+    sample 0, refinement's round 0) round 1 sent back: "fix", the share of the wrong ones a guided re-solve got
+    right, beside "resample_fix", the mean accuracy of the pool's other samples of the same questions -- fresh,
+    unguided samples of the same model and temperature; "keep" / "resample_keep" the same over the right ones.
+    A hint that carries nothing beyond the error's existence leaves fix ~ resample_fix. nan where no question
+    qualifies; "redone_wrong" / "redone_right" count them."""
+    from jaxrl_reason.inference.refine import VERDICT_NO_ERROR, RefineResult
+
+    r = RefineResult.from_per_example(refinement["per_example"])
+    pool = np.asarray(pool_correct, bool)
+    first = r.correct[0]
+    if pool.ndim != 2 or pool.shape[0] != first.shape[0] or pool.shape[1] < 2:
+        raise ValueError(f"resample_reference: pool_correct must be [{first.shape[0]} questions, >= 2 samples], "
+                         f"got shape {pool.shape}")
+    if not np.array_equal(pool[:, 0], first):
+        raise ValueError("resample_reference: the pool's first samples are not refinement's round 0 (give the pool "
+                         "the refinement started from)")
+    redo = r.verdicts[0] != VERDICT_NO_ERROR  # an unparsed verdict is re-solved too
+    fresh = pool[:, 1:].mean(axis=1)
+    mean = lambda x: float(np.mean(x)) if np.size(x) else float("nan")  # noqa: E731
+    wrong, right = redo & ~first, redo & first
+    return {"redone_wrong": int(wrong.sum()), "fix": mean(r.correct[1][wrong]), "resample_fix": mean(fresh[wrong]),
+            "redone_right": int(right.sum()), "keep": mean(r.correct[1][right]), "resample_keep": mean(fresh[right])}
 
 
 def critique_budget(cfg) -> int:
@@ -94,6 +124,15 @@ def checks(grpo: dict, cure: dict) -> dict:
             "well_formed_90": c[1]["well_formed"] >= 0.9,
             "cure_pass1": cure["pass1"], "grpo_pass1": grpo["pass1"],
             "pass1_within_2": cure["pass1"] >= grpo["pass1"] - 0.02}
+
+
+def resample_cells(e: dict) -> str:
+    """The summary's two re-solve cells of an arm's evaluation ("-" for one saved before the reference)."""
+    r = e.get("resample")
+    if r is None:
+        return "- | -"
+    return (f"{r['redone_wrong']}: {r['fix']:.3f} / {r['resample_fix']:.3f} | "
+            f"{r['redone_right']}: {r['keep']:.3f} / {r['resample_keep']:.3f}")
 
 
 def paired(grpo: dict, cure: dict, *, draws: int = 2000, seed: int = 0) -> dict | None:
@@ -146,8 +185,9 @@ def main(argv=None):
                           "paired": paired(evals["grpo"], evals["cure"], seed=seed)}
 
     lines = ["| seed | arm | pass@1 | " + " | ".join(f"round {t} acc / tokens" for t in range(args.rounds + 1))
-             + " | maj at round-1 tokens | strict verdict F1 (round 1) | well-formed | train tokens (M) |",
-             "|---|---|---|" + "---|" * (args.rounds + 1) + "---|---|---|---|"]
+             + " | maj at round-1 tokens | strict verdict F1 (round 1) | well-formed | train tokens (M) "
+             "| round-1 re-solves of wrong: fixed / fresh sample | of right: kept / fresh sample |",
+             "|---|---|---|" + "---|" * (args.rounds + 1) + "---|---|---|---|---|---|"]
     for seed, res in per_seed.items():
         for arm in ARMS:
             e = res["evals"][arm]
@@ -155,7 +195,7 @@ def main(argv=None):
             lines.append(f"| {seed} | {arm} | {e['pass1']:.3f} | "
                          + " | ".join(f"{r['acc']:.3f} / {r['tokens']:.0f}" for r in rows)
                          + f" | {rows[1]['majority_same_tokens']:.3f} | {rows[1]['verdict_f1_strict']:.3f} | "
-                         f"{rows[1]['well_formed']:.3f} | {e['train_tokens'] / 1e6:.2f} |")
+                         f"{rows[1]['well_formed']:.3f} | {e['train_tokens'] / 1e6:.2f} | {resample_cells(e)} |")
     intervals = [interval_line(f"seed {seed}", res["paired"], PAIRED, (100, 1))
                  for seed, res in per_seed.items() if res["paired"]]
     if intervals:
