@@ -69,9 +69,7 @@ def check_outcome(true_check: str, critique: str) -> str:
         w_head, g_head = w.split(":", 1)[0], g.split(":", 1)[0]
         if w_head != g_head:
             return "lines"
-        w_copy, _, w_mark = w.rpartition(" ")
-        g_copy, _, g_mark = g.rpartition(" ")
-        return "copy" if w_copy != g_copy else "mark"
+        return "copy" if w.rpartition(" ")[0] != g.rpartition(" ")[0] else "mark"
     return "lines"
 
 
