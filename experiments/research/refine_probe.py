@@ -148,10 +148,14 @@ def main(argv=None):
                critique=args.repair_critique)
     initial = initial_tokens = None
     if args.attempts:
-        run, _, sub = args.attempts.partition(":")
-        other = load_config_file(args.config)
-        other.workdir = run
-        a_model, a_tok, a_examples, _ = load_arm(other, args.questions, model=sub or "final", tokenizer="tokenizer")
+        from jaxrl_reason.data.datasets import load_examples
+        from jaxrl_reason.models.hf_port import load_pretrained
+        from jaxrl_reason.tokenization import Tokenizer
+
+        run, _, sub = args.attempts.partition(":")  # only its model, tokenizer and questions: no second task build
+        a_model = load_pretrained(os.path.join(run, sub or "final"))
+        a_tok = Tokenizer.from_pretrained(os.path.join(run, "tokenizer"))
+        a_examples = load_examples(os.path.join(run, "heldout.jsonl"))[:args.questions]
         if [e.question for e in a_examples] != [e.question for e in examples]:
             raise ValueError(f"--attempts {run}: its heldout.jsonl holds other questions than --run {args.run}'s; "
                              "give two arms of one bench seed (they share the held-out set)")
