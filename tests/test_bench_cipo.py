@@ -62,6 +62,33 @@ def test_paired_intervals_compare_fix_and_break_rates_on_the_same_questions():
         bench_cipo.paired(correction(3, 10), {"correction": {"correct": [[1, 0], [1, 1]]}})
 
 
+def test_pooled_interval_is_the_mean_of_the_seeds_differences():
+    """Seed 0: CIPO fixes 15 of 30 wrong attempts against GRPO's 3 (+40 points); seed 1: both fix 3 (0 points).
+    The mean over seeds is +20 points, its interval narrower than seed 0's alone; a seed whose arms' attempts are
+    all right (no fix rate) is left out of the fix mean but not of the break or accuracy means."""
+    import numpy as np
+
+    def correction(fixed, broken, right=30, n=60):
+        c = np.zeros((2, n), int)
+        c[0, :right] = 1
+        c[1, broken:right + fixed] = 1
+        return {"correction": {"correct": c.tolist()}}
+
+    seed0 = {"grpo": correction(3, 10), "cipo": correction(15, 0)}
+    seed1 = {"grpo": correction(3, 0), "cipo": correction(3, 0)}
+    one = bench_cipo.paired(seed0["grpo"], seed0["cipo"], draws=500)
+    both = bench_cipo.pooled({0: seed0, 1: seed1}, draws=500)
+    assert both["seeds"] == 2 and both["questions"] == 120
+    assert both["fix"]["diff"] == pytest.approx(0.2) and both["break"]["diff"] == pytest.approx(-1 / 6)
+    assert both["fix"]["95"][0] > 0 and both["fix"]["95"][1] - both["fix"]["95"][0] < one["fix"]["95"][1] - \
+        one["fix"]["95"][0]
+    all_right = {"grpo": correction(0, 6, right=60), "cipo": correction(0, 0, right=60)}
+    d = bench_cipo.pooled({0: seed0, 2: all_right}, draws=200)
+    assert d["fix"]["diff"] == pytest.approx(0.4) and d["break"]["diff"] == pytest.approx((-1 / 3 - 0.1) / 2)
+    # one seed pooled is the per-seed interval, draw for draw
+    assert bench_cipo.pooled({0: seed0}, draws=500)["fix"] == one["fix"]
+
+
 def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
     """Both arms train from one warm-up, are evaluated with correction rounds, and the table, summary and rho
     plot are written; CIPO's rho is logged every step; a `--config.` override reaches both arms."""
@@ -93,6 +120,7 @@ def test_bench_cipo_end_to_end_on_a_tiny_testbed(tmp_path):
     assert sum("cipo/rho" in r for r in rhos) == 3
     assert json.loads((root / "seed0" / "grpo" / "results.json").read_text())["rl_steps"] == 3
     assert per_seed[0]["paired"]["questions"] == 4 and "- seed 0: fix " in (root / "summary.md").read_text()
+    assert json.loads((root / "summary.json").read_text())["mean_over_seeds"]["seeds"] == 1
     assert json.loads((root / "summary.json").read_text())["args"]["overrides"] == ["--config.rl.steps=3"]
     with pytest.raises(SystemExit):  # anything that is neither a flag nor a config knob is refused
         bench_cipo.main(["--config", str(path), "--workdir", str(root), "--config.rl.steps=3", "--rl_steps=3"])

@@ -58,6 +58,17 @@ def test_paired_intervals_resample_the_same_questions_for_both_arms():
         bench_cure.paired(grpo, refine_eval(20, 20, wrong[:10], n=30))
 
 
+def test_pooled_interval_averages_the_seeds_differences():
+    """Seed 0 as above (gain +25 points); seed 1 two identical arms (0): the mean over seeds is +12.5 points with
+    its interval above zero; a seed without per-example records gives no pooled interval."""
+    wrong = list(range(20, 40))
+    grpo, cure = refine_eval(20, 20, wrong), refine_eval(20, 30, list(range(5)) + wrong)
+    d = bench_cure.pooled({0: {"grpo": grpo, "cure": cure}, 1: {"grpo": grpo, "cure": grpo}}, draws=300)
+    assert d["seeds"] == 2 and d["questions"] == 80 and np.isclose(d["gain"]["diff"], 0.125)
+    assert 0 < d["gain"]["95"][0] < 0.125 < d["gain"]["95"][1]
+    assert bench_cure.pooled({0: {"grpo": {"refinement": {"rows": []}}, "cure": cure}}) is None
+
+
 def test_the_resample_reference_puts_guided_re_solves_beside_fresh_samples():
     """40 questions, right first on 0-19; round 1 sends back 5 right (0-4) and the 20 wrong, fixes 10 of the wrong
     (20-29) and keeps every right one. The pool's other 3 samples: right on one of them for questions 20-39, on all

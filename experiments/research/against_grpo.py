@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
@@ -61,19 +62,36 @@ def paired_differences(scores: Callable[[object, np.ndarray], Sequence[float]], 
     """`method` minus `base` on each score `scores(arm, question_indices)` returns, with a 95% interval from
     resampling the `n` held-out questions with replacement -- one draw for both arms, which answered the same
     questions (a rate over a subset the draw leaves empty is nan and skipped). {name: {"diff", "95"}, "questions"}."""
-    every = np.arange(n)
-    base_scores = scores(base, every)
-    if len(names) != len(base_scores):
-        raise ValueError(f"paired_differences: {len(names)} names for {len(base_scores)} scores")
-    point = np.subtract(scores(method, every), base_scores)
+    return pooled_paired_differences(scores, [(base, method, n)], names=names, draws=draws, seed=seed)
+
+
+def pooled_paired_differences(scores: Callable[[object, np.ndarray], Sequence[float]],
+                              pairs: Sequence[tuple[object, object, int]], *, names: Sequence[str],
+                              draws: int = 2000, seed: int = 0) -> dict:
+    """`paired_differences` over several seeds' (base, method, n): the mean over seeds of each seed's difference,
+    its interval from resampling every seed's questions in each draw. It holds the evaluation's noise only; the
+    training seeds themselves are the units of the training noise (a seed whose rate a draw leaves undefined is
+    left out of that draw's mean). {name: {"diff", "95"}, "questions" (summed), "seeds"}."""
+    if not pairs:
+        raise ValueError("pooled_paired_differences: no (base, method, n) pairs")
+
+    def mean_diff(draw):
+        per_seed = [np.subtract(scores(m, idx), scores(b, idx)) for (b, m, _), idx in zip(pairs, draw)]
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a score every seed leaves undefined stays nan
+            return np.nanmean(np.asarray(per_seed, np.float64), axis=0)
+
+    width = len(scores(pairs[0][0], np.arange(pairs[0][2])))
+    if len(names) != width:
+        raise ValueError(f"paired_differences: {len(names)} names for {width} scores")
+    point = mean_diff([np.arange(n) for _, _, n in pairs])
     rng = np.random.default_rng(seed)
-    d = np.asarray([np.subtract(scores(method, i), scores(base, i))
-                    for i in (rng.integers(0, n, n) for _ in range(draws))])
+    d = np.asarray([mean_diff([rng.integers(0, n, n) for _, _, n in pairs]) for _ in range(draws)])
     # a score no draw defines (e.g. a break rate where no attempt was right) has no interval
     lo, hi = np.array([np.nanpercentile(col, [2.5, 97.5]) if np.isfinite(col).any() else [np.nan] * 2
                        for col in d.T]).T
     return {**{k: {"diff": float(p), "95": [float(a), float(b)]} for k, p, a, b in zip(names, point, lo, hi)},
-            "questions": n}
+            "questions": int(sum(n for _, _, n in pairs)), "seeds": len(pairs)}
 
 
 def interval_line(label: str, d: dict, names: Sequence[str], scale: Sequence[float]) -> str:

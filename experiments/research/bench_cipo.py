@@ -21,7 +21,8 @@ Beside them, per arm, the resample reference (`resample_reference`): the share o
 fresh sample at the training temperature gets right, and of the right ones it gets wrong -- what a "correction"
 that ignored the attempt would score; a fix rate below it means the correction is anchored on the wrong attempt.
 Per seed, CIPO minus GRPO on the round-1 fix and break rates and accuracy, each with a 95% interval over the
-questions resampled (`paired`; both arms answer the same held-out questions).
+questions resampled (`paired`; both arms answer the same held-out questions), and their mean over the seeds, every
+seed's questions resampled (`pooled`: the evaluation's noise, not the training seeds').
 Writes summary.json, summary.md and rho.png to the workdir; a finished run or evaluation is reused.
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 import numpy as np  # noqa: E402
 
 from against_grpo import (cached_eval, interval_line, load_arm, paired_differences, parse_bench_args,  # noqa: E402
-                          save_eval, train_arms)
+                          pooled_paired_differences, save_eval, train_arms)
 from bench_credit import token_curve  # noqa: E402
 
 ARMS = ("grpo", "cipo")
@@ -100,19 +101,32 @@ def checks(grpo: dict, cipo: dict) -> dict:
             "cipo_resample_fix": nan0(cipo["resample"]["fix"]), "grpo_resample_fix": nan0(grpo["resample"]["fix"])}
 
 
-def paired(grpo: dict, cipo: dict, *, draws: int = 2000, seed: int = 0) -> dict:
-    """CIPO minus GRPO on checks 1 and 2 (round-1 "fix" and "break" rates of each arm's own greedy attempts) and
-    on round-1 accuracy ("acc"), with 95% intervals (`against_grpo.paired_differences`)."""
+def round1_scores(correct: np.ndarray, idx: np.ndarray) -> tuple[float, float, float]:
+    """Round 1's fix rate, break rate and accuracy of the questions `idx` from an arm's correct [rounds + 1, Q]."""
+    rate = lambda mask, val: float(val[mask].mean()) if mask.any() else float("nan")  # noqa: E731
+    before, after = correct[0, idx], correct[1, idx]
+    return rate(~before, after), rate(before, ~after), float(after.mean())
+
+
+def correction_pair(grpo: dict, cipo: dict) -> tuple[np.ndarray, np.ndarray, int]:
+    """(GRPO's, CIPO's per-question correctness [rounds + 1, Q], Q) of one seed's two evaluations."""
     g, c = (np.asarray(e["correction"]["correct"], bool) for e in (grpo, cipo))
     if c.shape[1] != g.shape[1]:
         raise ValueError(f"paired: the arms were evaluated on {g.shape[1]} and {c.shape[1]} questions")
-    rate = lambda mask, val: float(val[mask].mean()) if mask.any() else float("nan")  # noqa: E731
+    return g, c, g.shape[1]
 
-    def scores(correct, idx):
-        before, after = correct[0, idx], correct[1, idx]
-        return rate(~before, after), rate(before, ~after), float(after.mean())
 
-    return paired_differences(scores, g, c, g.shape[1], names=PAIRED, draws=draws, seed=seed)
+def paired(grpo: dict, cipo: dict, *, draws: int = 2000, seed: int = 0) -> dict:
+    """CIPO minus GRPO on checks 1 and 2 (round-1 "fix" and "break" rates of each arm's own greedy attempts) and
+    on round-1 accuracy ("acc"), with 95% intervals (`against_grpo.paired_differences`)."""
+    return paired_differences(round1_scores, *correction_pair(grpo, cipo), names=PAIRED, draws=draws, seed=seed)
+
+
+def pooled(evals_by_seed: dict, *, draws: int = 2000) -> dict:
+    """`paired` as the mean over seeds, every seed's questions resampled in each draw
+    (`against_grpo.pooled_paired_differences`)."""
+    pairs = [correction_pair(e["grpo"], e["cipo"]) for e in evals_by_seed.values()]
+    return pooled_paired_differences(round1_scores, pairs, names=PAIRED, draws=draws)
 
 
 def rho_plot(run_dirs: dict, path: str) -> None:
@@ -170,6 +184,9 @@ def main(argv=None):
     lines += ["", "CIPO minus GRPO per seed (round 1, points), 95% intervals over the questions resampled:", ""]
     lines += [interval_line(f"seed {seed}", res["paired"], PAIRED, (100,) * len(PAIRED))
               for seed, res in per_seed.items()]
+    mean = pooled({seed: res["evals"] for seed, res in per_seed.items()})
+    if len(per_seed) > 1:  # the questions' noise only: the seeds are the training noise's units
+        lines.append(interval_line(f"mean over the {len(per_seed)} seeds", mean, PAIRED, (100,) * len(PAIRED)))
     keys = ("cipo_fix", "grpo_fix", "cipo_break", "grpo_break", "cipo_pass1", "grpo_pass1", "cipo_resample_fix",
             "grpo_resample_fix")
     med = {k: float(np.median([r["checks"][k] for r in per_seed.values()])) for k in keys}
@@ -180,8 +197,8 @@ def main(argv=None):
     table = "\n".join(lines)
     print("\n" + table)
     rho_plot(cipo_dirs, os.path.join(root, "rho.png"))
-    json.dump({"per_seed": per_seed, "medians": med, "args": {**vars(args), "overrides": list(overrides)},
-               "seconds": time.time() - t0},
+    json.dump({"per_seed": per_seed, "mean_over_seeds": mean, "medians": med,
+               "args": {**vars(args), "overrides": list(overrides)}, "seconds": time.time() - t0},
               open(os.path.join(root, "summary.json"), "w"), indent=2)
     open(os.path.join(root, "summary.md"), "w").write(table + "\n")
     return per_seed

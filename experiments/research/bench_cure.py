@@ -42,7 +42,7 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 import numpy as np  # noqa: E402
 
 from against_grpo import (cached_eval, interval_line, load_arm, paired_differences, parse_bench_args,  # noqa: E402
-                          save_eval, train_arms)
+                          pooled_paired_differences, save_eval, train_arms)
 from bench_credit import token_curve  # noqa: E402
 
 ARMS = ("grpo", "cure")
@@ -135,10 +135,9 @@ def resample_cells(e: dict) -> str:
             f"{r['redone_right']}: {r['keep']:.3f} / {r['resample_keep']:.3f}")
 
 
-def paired(grpo: dict, cure: dict, *, draws: int = 2000, seed: int = 0) -> dict | None:
-    """CURE minus GRPO on check 1 ("gain": round 0 -> 1 accuracy) and check 2 ("f1": round-1 strict verdict F1)
-    with 95% intervals (`against_grpo.paired_differences`); None for an evaluation saved before the per-example
-    records."""
+def refine_pair(grpo: dict, cure: dict):
+    """(GRPO's, CURE's RefineResult, questions) of one seed's two evaluations; None for an evaluation saved before
+    the per-example records."""
     from jaxrl_reason.inference.refine import RefineResult
 
     if any("per_example" not in e["refinement"] for e in (grpo, cure)):
@@ -146,12 +145,30 @@ def paired(grpo: dict, cure: dict, *, draws: int = 2000, seed: int = 0) -> dict 
     g, c = (RefineResult.from_per_example(e["refinement"]["per_example"]) for e in (grpo, cure))
     if c.correct.shape[1] != g.correct.shape[1]:
         raise ValueError(f"paired: the arms were evaluated on {g.correct.shape[1]} and {c.correct.shape[1]} questions")
+    return g, c, g.correct.shape[1]
 
-    def scores(r, idx):
-        r = r.take(idx)
-        return r.accuracy[1] - r.accuracy[0], r.verdict_metrics(1, strict=True)["f1"]
 
-    return paired_differences(scores, g, c, g.correct.shape[1], names=PAIRED, draws=draws, seed=seed)
+def refine_scores(r, idx) -> tuple[float, float]:
+    """The questions `idx`'s refinement gain (round 0 -> 1 accuracy) and round-1 strict verdict F1."""
+    r = r.take(idx)
+    return r.accuracy[1] - r.accuracy[0], r.verdict_metrics(1, strict=True)["f1"]
+
+
+def paired(grpo: dict, cure: dict, *, draws: int = 2000, seed: int = 0) -> dict | None:
+    """CURE minus GRPO on check 1 ("gain": round 0 -> 1 accuracy) and check 2 ("f1": round-1 strict verdict F1)
+    with 95% intervals (`against_grpo.paired_differences`); None for an evaluation saved before the per-example
+    records."""
+    pair = refine_pair(grpo, cure)
+    return None if pair is None else paired_differences(refine_scores, *pair, names=PAIRED, draws=draws, seed=seed)
+
+
+def pooled(evals_by_seed: dict, *, draws: int = 2000) -> dict | None:
+    """`paired` as the mean over seeds, every seed's questions resampled in each draw
+    (`against_grpo.pooled_paired_differences`); None when a seed's evaluation lacks the per-example records."""
+    pairs = [refine_pair(e["grpo"], e["cure"]) for e in evals_by_seed.values()]
+    if any(p is None for p in pairs):
+        return None
+    return pooled_paired_differences(refine_scores, pairs, names=PAIRED, draws=draws)
 
 
 def main(argv=None):
@@ -198,6 +215,9 @@ def main(argv=None):
                          f"{rows[1]['well_formed']:.3f} | {e['train_tokens'] / 1e6:.2f} | {resample_cells(e)} |")
     intervals = [interval_line(f"seed {seed}", res["paired"], PAIRED, (100, 1))
                  for seed, res in per_seed.items() if res["paired"]]
+    mean = pooled({seed: res["evals"] for seed, res in per_seed.items()})
+    if mean is not None and len(per_seed) > 1:  # the questions' noise only: the seeds are the training noise's units
+        intervals.append(interval_line(f"mean over the {len(per_seed)} seeds", mean, PAIRED, (100, 1)))
     if intervals:
         lines += ["", "CURE minus GRPO per seed (gain in points, strict verdict F1), 95% intervals over the questions "
                   "resampled:", ""] + intervals
@@ -210,8 +230,8 @@ def main(argv=None):
               f"4. CURE pass@1 >= GRPO's - 2 points: {med['cure_pass1'] >= med['grpo_pass1'] - 0.02}"]
     table = "\n".join(lines)
     print("\n" + table)
-    json.dump({"per_seed": per_seed, "medians": med, "args": {**vars(args), "overrides": list(overrides)},
-               "seconds": time.time() - t0},
+    json.dump({"per_seed": per_seed, "mean_over_seeds": mean, "medians": med,
+               "args": {**vars(args), "overrides": list(overrides)}, "seconds": time.time() - t0},
               open(os.path.join(root, "summary.json"), "w"), indent=2)
     open(os.path.join(root, "summary.md"), "w").write(table + "\n")
     return per_seed
