@@ -397,6 +397,40 @@ def test_evaluate_correction_runs_a_model_end_to_end(tokenizer, model):
         assert np.mean(s["correct"][t]) == pytest.approx(s[f"correct/round{t}/accuracy"])
 
 
+def test_a_worked_check_reply_hands_its_solution_to_the_next_round(tokenizer):
+    """A "worked_check" correction opens with its check of the attempt (8 lines on a 4x4 Latin square); round 2
+    reviews the solution after that check, as training's corrections review solutions -- never a check."""
+    from jaxrl_reason.data.latin_square import latin_square_examples
+    from jaxrl_reason.data.testbed import correction_solution, correction_target, task_of
+    from jaxrl_reason.data.testbed import reward as task_reward
+    from jaxrl_reason.inference.correction import self_correct
+
+    task = task_of("latin_square")
+    ex = latin_square_examples(2, seed=3)
+    wrong = ex[1].solution  # the other question's grid: wrong here
+    replies = [correction_target(task, e.question, task.parse(wrong), e.solution, "worked_check") for e in ex]
+    assert replies[0].count("\n") == 8 and replies[0].startswith("Row 1:")
+    assert correction_solution(task, ex[0].question, wrong, replies[0]) == ex[0].solution
+    assert correction_solution(task, ex[0].question, wrong, "Row 1: ok") == "Row 1: ok"  # no solution after it
+    seen = []
+
+    def generate(prompts, *, max_new_tokens):
+        seen.append([tokenizer.decode(p) for p in prompts])
+        return [tokenizer.encode(r) for r in replies]
+
+    res = self_correct(generate, tokenizer, ex, [wrong, wrong], lambda t, e: task_reward(task, t, e), rounds=2,
+                       max_new_tokens=300, correction_format="worked_check")
+    assert res.correct[:, 0].tolist() == [False, True, True] and res.texts[0] == replies[0]
+    assert "Row 1:" not in seen[1][0] and ex[0].solution.strip() in seen[1][0]
+    # elsewhere (no fixed check layout) the next round reviews the whole reply
+    ar = arithmetic_examples(1, seed=5, config=ARITH)
+    seen.clear()
+    replies = ["check: fine\nRIGHT"]
+    self_correct(generate, tokenizer, ar, ["a WRONG"], reward, rounds=2, max_new_tokens=16,
+                 correction_format="worked_check")
+    assert "check: fine" in seen[1][0]
+
+
 def test_worked_check_corrections_ask_for_the_check_first(tokenizer):
     """data.correction_format='worked_check': the replay prompt (training) and the test-time correction prompt ask
     for a line-by-line check of the attempt before the corrected solution; the attempt is still verbatim."""

@@ -129,6 +129,17 @@ def correction_target(task: TestbedTask, question: str, attempt: Any, solution: 
                       known=CORRECTION_FORMATS, plain="solution")
 
 
+def correction_solution(task: TestbedTask, question: str, attempt: str, reply: str) -> str:
+    """The solution a "worked_check" correction `reply` of the completion `attempt` ends with: the reply without
+    its opening check, as many lines as the task's check of that attempt (`correction_target`'s layout). What the
+    next correction round reviews, as training's corrections review a solution, never a check; a reply no longer
+    than that check is returned whole."""
+    check_lines = written_check(task, question, task.parse(attempt), knob="correction_format", value="worked_check",
+                                instead="solution").count("\n") + 1
+    lines = reply.strip().split("\n")
+    return "\n".join(lines[check_lines:]) if len(lines) > check_lines else reply
+
+
 def critique_check(task: TestbedTask, question: str, text: str) -> str:
     """The worked check a "worked_check" critique of the completion `text` opens with (CURE forces it, with the
     verdict after it, as the start of the critique it trains)."""

@@ -6,6 +6,10 @@ previous round's output:
     round 0:  the given attempts y_0 (their correctness from the same verifier)
     round t:  y_t = generate(replay_correction_prompt(x, y_{t-1}, answer_instruction))
 
+With `correction_format="worked_check"` a reply opens with its check of y_{t-1}; on a testbed task with a worked
+check the next round reviews the solution after that check (`data.testbed.correction_solution`), as training's
+corrections review solutions; elsewhere (no fixed check layout) the whole reply.
+
 Reported per round: accuracy, the share of wrong attempts fixed and of right attempts broken (relative to the
 previous round and to round 0), and the tokens spent. [choice] Every example is corrected in every round, right or
 not: the model is not told which attempts are right, as in training, so the break rate measures what it costs.
@@ -21,6 +25,7 @@ import numpy as np
 
 from jaxrl_reason.data.code_datasets import CorrectionProblem, as_examples
 from jaxrl_reason.data.prompts import CODE_INSTRUCTION, SOLVE_INSTRUCTION, replay_correction_prompt, solve_prompt
+from jaxrl_reason.data.testbed import TASK_MODULES, correction_solution, task_of
 from jaxrl_reason.inference.refine import decode_ids, graded_right, make_generate
 from jaxrl_reason.rewards.math import math_reward
 
@@ -85,6 +90,7 @@ def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Se
     if int(rounds) < 1:
         raise ValueError(f"self_correct: rounds must be >= 1, got {rounds}")
     texts = [str(a) for a in attempts]
+    tasks = check_tasks(examples) if correction_format == "worked_check" else None
     first = (graded_right(reward_fn, texts, examples) if attempt_correct is None
              else np.asarray(attempt_correct, bool).reshape(-1))
     if first.shape != (len(examples),):
@@ -95,10 +101,24 @@ def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Se
             replay_correction_prompt(e.question, t, answer_instruction, correction_format))
             for e, t in zip(examples, texts)])
         ids = generate(prompts, max_new_tokens=max_new_tokens)
-        texts = decode_ids(tokenizer, ids)
-        correct.append(graded_right(reward_fn, texts, examples))
+        replies = decode_ids(tokenizer, ids)
+        correct.append(graded_right(reward_fn, replies, examples))
+        texts = replies if tasks is None else [r if k is None else correction_solution(k, e.question, a, r)
+                                               for k, e, a, r in zip(tasks, examples, texts, replies)]
         tokens.append(np.array([len(x) for x in ids], np.int64))
-    return CorrectionResult(np.stack(correct), np.stack(tokens), texts)
+    return CorrectionResult(np.stack(correct), np.stack(tokens), replies)
+
+
+def check_tasks(examples: Sequence) -> list:
+    """Each example's testbed task when it writes a worked check (from the example's meta source), else None:
+    what `correction_solution` reads a "worked_check" reply with. A reply to a question of any other task (a math
+    problem, whose check has no fixed layout) is reviewed whole in the next round."""
+    tasks = []
+    for e in examples:
+        source = (getattr(e, "meta", None) or {}).get("source")
+        task = task_of(source) if source in TASK_MODULES else None
+        tasks.append(task if task is not None and task.check_text is not None else None)
+    return tasks
 
 
 def correct_buggy_programs(generate: Generate, tokenizer, problems: Sequence[CorrectionProblem], reward_fn, *,
