@@ -135,3 +135,24 @@ def test_own_vs_injected_distance_and_summary():
     assert ovi.positions_off(list("ABCD"), None) == -1 and ovi.positions_off(list("ABCD"), []) == -1
     assert ovi.describe([1, 2, 2, 3, -1]) == "median 2 (1.75-2.25), range 1-3"
     assert ovi.describe([-1]) == "none"
+
+
+def test_own_vs_injected_reads_a_worked_check_correction():
+    """check_reading: a correction whose check is the task's and flags the fault, then a rewritten grid; one that
+    copies the attempt right but marks every line ok and returns the attempt; reading_row counts them."""
+    sys.path.insert(0, RESEARCH)
+    import own_vs_injected as ovi
+    from jaxrl_reason.data.latin_square import latin_square_examples
+    from jaxrl_reason.data.testbed import correction_target, task_of
+
+    task = task_of("latin_square")
+    e, other = latin_square_examples(2, seed=3)
+    wrong = other.solution  # the other question's grid: its givens changed here
+    true_check = task.check_text(e.question, task.parse(wrong))
+    assert any(line.rpartition(" ")[2] != "ok" for line in true_check.split("\n"))
+    good = correction_target(task, e.question, task.parse(wrong), e.solution, "worked_check")
+    assert ovi.check_reading(task, e.question, wrong, good) == ("exact", True, True)
+    blind = "\n".join(line.rpartition(" ")[0] + " ok" for line in true_check.split("\n")) + "\n" + wrong
+    assert ovi.check_reading(task, e.question, wrong, blind) == ("mark", False, False)
+    row = ovi.reading_row("own", [("exact", True, True), ("mark", False, False)], [True, False])
+    assert row == "| own | 2 | exact 1 · lines 0 · copy 0 · mark 1 | 1 | 1 | 1 | 1 |"

@@ -7,10 +7,18 @@ them on a finished testbed run:
         [--questions 256] [--max-new-tokens 32]
 
 On the run's first `--questions` held-out questions: the model's greedy attempts, and for the same questions one
-injected wrong answer each, of each `data.inject_extent` the task has (minimal; spread). For the wrong ones of each source: the error kinds, how many answer positions differ
-from the gold answer (cells of a grid, nodes of a path), and what one greedy correction round
-(`inference.correction.self_correct`, the CIPO replay prompt) makes of them -- the share fixed and the share
-returned unchanged. Prints a markdown table (docs/results/cipo_testbed.md quotes it).
+injected wrong answer each, of each `data.inject_extent` the task has (minimal; spread). For the wrong ones of
+each source: the error kinds, how many answer positions differ from the gold answer (cells of a grid, nodes of a
+path), and what one greedy correction round (`inference.correction.self_correct`, the CIPO replay prompt) makes of
+them -- the share fixed (also on the questions the model's own attempt got wrong alone: an injected error on a
+question the model can solve is easier to fix for that reason) and the share returned unchanged. Prints a
+markdown table (docs/results/cipo_testbed.md quotes it).
+
+With `--correction-format worked_check` (a run whose corrections open with the task's check of the attempt) the
+correction writes that check first (budget `--correction-max-new-tokens`), "unchanged" compares the solution after
+it, and a second table reads the wrong attempts' checks against the task's (`refine_probe.check_outcome`: exact,
+or the first fault -- lines / copy / mark), whether the check flags a fault (a mark other than `ok`), and what the
+rewrite after a flag makes of the attempt (`check_reading`).
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ import collections
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
@@ -41,6 +50,30 @@ def describe(distances) -> str:
     return f"median {m:g} ({q1:g}-{q3:g}), range {d.min()}-{d.max()}"
 
 
+def check_reading(task, question: str, attempt: str, reply: str) -> tuple[str, bool, bool]:
+    """(how the reply's check compares with the task's check of `attempt` -- `refine_probe.check_outcome`, whether
+    it flags a fault, whether the solution after it differs from the attempt) of a "worked_check" correction."""
+    from jaxrl_reason.data.testbed import correction_solution
+    from refine_probe import check_outcome
+
+    true_check = task.check_text(question, task.parse(attempt))
+    wrote = reply.strip().split("\n")[:true_check.count("\n") + 1]
+    flagged = any(line.rpartition(" ")[2] != "ok" for line in wrote)
+    rewritten = task.parse(correction_solution(task, question, attempt, reply)) != task.parse(attempt)
+    return check_outcome(true_check, reply.strip()), flagged, rewritten
+
+
+def reading_row(name: str, readings, fixed) -> str:
+    """A markdown row of the wrong attempts' `check_reading`s and whether the correction fixed them."""
+    n = len(readings)
+    outcome = collections.Counter(r[0] for r in readings)
+    flagged = [r[1] for r in readings]
+    after_flag = [(r[2], f) for r, f in zip(readings, fixed) if r[1]]
+    return (f"| {name} | {n} | " + " · ".join(f"{k} {outcome[k]}" for k in ("exact", "lines", "copy", "mark"))
+            + f" | {sum(flagged)} | {sum(rw for rw, _ in after_flag)} | {sum(f for _, f in after_flag)} | "
+            f"{int(np.sum(fixed))} |")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="a testbed run's workdir (its heldout.jsonl and a model dir)")
@@ -48,11 +81,17 @@ def main(argv=None):
     p.add_argument("--questions", type=int, default=256)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--seed", type=int, default=0, help="draws the injected errors")
+    p.add_argument("--correction-format", default="solution", choices=("solution", "worked_check"),
+                   help="what the correction writes: the solution, or the task's check of the attempt first")
+    p.add_argument("--correction-max-new-tokens", type=int, default=0,
+                   help="the correction's budget (0: --max-new-tokens; a worked check needs ~150 more)")
     args = p.parse_args(argv)
+    checked = args.correction_format == "worked_check"
+    budget = args.correction_max_new_tokens or args.max_new_tokens
 
     from jaxrl_reason.data.datasets import load_examples
     from jaxrl_reason.data.prompts import solve_prompt
-    from jaxrl_reason.data.testbed import injected_wrong, reward, task_of
+    from jaxrl_reason.data.testbed import correction_solution, injected_wrong, reward, task_of
     from jaxrl_reason.inference.correction import self_correct
     from jaxrl_reason.inference.refine import make_generate
     from jaxrl_reason.models.hf_port import load_pretrained
@@ -79,21 +118,34 @@ def main(argv=None):
         attempt_sets.append((f"injected, inject_extent={extent}",
                              [task.solution_text(injected_wrong(task, e, rng, extent)[0]) for e in examples]))
 
-    rows = []
+    rows, readings, hard = [], [], None
     for name, attempts in attempt_sets:
-        res = self_correct(generate, tok, examples, attempts, grade, rounds=1, max_new_tokens=args.max_new_tokens)
+        res = self_correct(generate, tok, examples, attempts, grade, rounds=1, max_new_tokens=budget,
+                           correction_format=args.correction_format)
         wrong = ~res.correct[0]
+        solutions = res.texts
+        if checked:
+            solutions = [correction_solution(task, e.question, a, r) for e, a, r in zip(examples, attempts, res.texts)]
+            readings.append(reading_row(name, [check_reading(task, e.question, a, r) for e, a, r, w in zip(
+                examples, attempts, res.texts, wrong) if w], res.correct[1][wrong]))
         kinds = collections.Counter(task.error_kind(e.question, task.parse(a))
                                     for e, a, w in zip(examples, attempts, wrong) if w)
         off = [positions_off(task.gold(e), task.parse(a)) for e, a, w in zip(examples, attempts, wrong) if w]
-        same = np.array([a.strip() == b.strip() for a, b in zip(attempts, res.texts)])
+        same = np.array([a.strip() == b.strip() for a, b in zip(attempts, solutions)])
+        hard = wrong if hard is None else hard  # the questions the model's own attempt got wrong
         rows.append(f"| {name} | {int(wrong.sum())} / {len(examples)} | "
                     + " · ".join(f"{k} {v}" for k, v in kinds.most_common()) + f" | {describe(off)} | "
-                    + f"{res.correct[1][wrong].mean():.3f} | {same[wrong].mean():.3f} |")
+                    + f"{res.correct[1][wrong].mean():.3f} | {res.correct[1][wrong & hard].mean():.3f} | "
+                    + f"{same[wrong].mean():.3f} |")
     print(f"{args.run}/{args.model}, {len(examples)} held-out questions, greedy\n")
     print("| wrong answers | wrong | error kinds | positions off the gold answer | fixed by one correction | "
-          "returned unchanged |\n|---|---|---|---|---|---|")
+          "fixed, on the questions its own attempt got wrong | returned unchanged |\n|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    if checked:
+        print("\nThe wrong attempts' corrections, their check against the task's check of the attempt:\n")
+        print("| wrong answers | wrong | check: exact · lines · copy · mark | a fault flagged | flagged, then "
+              "rewritten | fixed after a flag | fixed |\n|---|---|---|---|---|---|---|")
+        print("\n".join(readings))
 
 
 if __name__ == "__main__":
