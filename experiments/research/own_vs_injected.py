@@ -53,14 +53,13 @@ def describe(distances) -> str:
 def check_reading(task, question: str, attempt: str, reply: str) -> tuple[str, bool, bool]:
     """(how the reply's check compares with the task's check of `attempt` -- `refine_probe.check_outcome`, whether
     it flags a fault, whether the solution after it differs from the attempt) of a "worked_check" correction."""
-    from jaxrl_reason.data.testbed import correction_solution
+    from jaxrl_reason.data.testbed import correction_parts
     from refine_probe import check_outcome
 
-    true_check = task.check_text(question, task.parse(attempt))
-    wrote = reply.strip().split("\n")[:true_check.count("\n") + 1]
-    flagged = any(line.rpartition(" ")[2] != "ok" for line in wrote)
-    rewritten = task.parse(correction_solution(task, question, attempt, reply)) != task.parse(attempt)
-    return check_outcome(true_check, reply.strip()), flagged, rewritten
+    wrote, solution = correction_parts(task, question, attempt, reply)
+    flagged = any(line.rpartition(" ")[2] != "ok" for line in wrote.split("\n"))
+    rewritten = task.parse(solution) != task.parse(attempt)
+    return check_outcome(task.check_text(question, task.parse(attempt)), reply.strip()), flagged, rewritten
 
 
 def reading_row(name: str, readings, fixed) -> str:

@@ -129,15 +129,20 @@ def correction_target(task: TestbedTask, question: str, attempt: Any, solution: 
                       known=CORRECTION_FORMATS, plain="solution")
 
 
-def correction_solution(task: TestbedTask, question: str, attempt: str, reply: str) -> str:
-    """The solution a "worked_check" correction `reply` of the completion `attempt` ends with: the reply without
-    its opening check, as many lines as the task's check of that attempt (`correction_target`'s layout). What the
-    next correction round reviews, as training's corrections review a solution, never a check; a reply no longer
-    than that check is returned whole."""
+def correction_parts(task: TestbedTask, question: str, attempt: str, reply: str) -> tuple[str, str]:
+    """(the opening check, the solution) of a "worked_check" correction `reply` of the completion `attempt`, read
+    in `correction_target`'s layout: the check is as many lines as the task's check of that attempt. A reply no
+    longer than that check is all check, and its solution the whole reply."""
     check_lines = written_check(task, question, task.parse(attempt), knob="correction_format", value="worked_check",
                                 instead="solution").count("\n") + 1
     lines = reply.strip().split("\n")
-    return "\n".join(lines[check_lines:]) if len(lines) > check_lines else reply
+    return "\n".join(lines[:check_lines]), ("\n".join(lines[check_lines:]) if len(lines) > check_lines else reply)
+
+
+def correction_solution(task: TestbedTask, question: str, attempt: str, reply: str) -> str:
+    """The solution a "worked_check" correction `reply` ends with (`correction_parts`): what the next correction
+    round reviews, as training's corrections review a solution, never a check."""
+    return correction_parts(task, question, attempt, reply)[1]
 
 
 def critique_check(task: TestbedTask, question: str, text: str) -> str:
