@@ -67,7 +67,7 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True, scan_residuals="matmuls"):
+def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True, scan_residuals="matmuls", mesh=None):
     from jaxrl_reason.data.datasets import Example
     from jaxrl_reason.methods.grpo import GRPO
     from jaxrl_reason.rewards.math import math_reward
@@ -84,7 +84,7 @@ def bench_ours(vocab, steps, scan_layers=True, head_at_trained_only=True, scan_r
     with tempfile.TemporaryDirectory() as tmp:
         model = bench_model(vocab, scan_layers=scan_layers, scan_residuals=scan_residuals)
         trainer = Trainer(model, DigitTokenizer(vocab), GRPO("grpo"), examples,
-                          reward, cfg, tmp)
+                          reward, cfg, tmp, mesh=mesh)
         trainer.save = lambda: None  # checkpoint I/O is not part of a step
         hist = trainer.run()
         trainer.close()
@@ -207,13 +207,21 @@ def main():
                     help="1: the update's LM head runs only at trained positions (the default); 0: at every one")
     ap.add_argument("--scan-residuals", default="matmuls", choices=("matmuls", "all"),
                     help="what the scanned layers keep for the backward (ModelConfig.scan_residuals)")
+    ap.add_argument("--mesh", default="",
+                    help="train on a mesh, e.g. data=8 or fsdp=8 (simulated CPU devices: "
+                         "XLA_FLAGS=--xla_force_host_platform_device_count=8 NPROC=16); empty: one device")
     args = ap.parse_args()
     if args.trl_child:
         return trl_child(args.trl_child, args.steps)
+    mesh = None
+    if args.mesh:
+        from jaxrl_reason.parallel.mesh import make_mesh
+
+        mesh = make_mesh({k: int(v) for k, v in (kv.split("=") for kv in args.mesh.split(","))})
     ours = bench_ours(args.vocab, args.steps, bool(args.scan_layers), bool(args.head_at_trained_only),
-                      args.scan_residuals)
+                      args.scan_residuals, mesh)
     print(f"GRPO step: {Q} prompts x {G} samples, {PROMPT_LEN}-token prompts, {NEW_TOKENS} completion tokens, "
-          f"vocab {args.vocab}; median of steps 2..{args.steps}")
+          f"vocab {args.vocab}; median of steps 2..{args.steps}" + (f"; mesh {args.mesh}" if args.mesh else ""))
     print(f"{'impl':<22}{'s/step':>8}{'gen+rew s':>10}{'build s':>9}{'update s':>9}{'tok/s':>9}{'peak RSS MiB':>14}")
     print(f"{'jaxrl_reason':<22}{ours['step_s']:8.2f}{ours['gen_s']:10.2f}{ours['build_s']:9.2f}"
           f"{ours['update_s']:9.2f}{ours['tok_s']:9.0f}{ours['peak_rss_mib']:14.0f}")
