@@ -463,3 +463,17 @@ def test_dro_pulls_back_toward_the_old_policy():
     batch, lp = _rows([[0.5], [-0.5]], [0.0, 0.0])
     g = _g("dro", batch, lp, agg="token_mean", dro_beta=0.2)[:, 1]
     np.testing.assert_allclose(g, [0.2 * 0.5 / 2, -0.2 * 0.5 / 2], rtol=1e-5)  # descent moves lr toward 0
+
+
+def test_run_config_carries_policy_loss_and_distill_sections():
+    from jaxrl_reason.experiment.config import default_config, read_run_config, run_config_dict
+
+    c = default_config()
+    c.method.policy_loss = "gspo"
+    c.method.policy_loss_kwargs = {"eps_high": 1e-3}
+    c.method.distill.teacher = "/some/teacher"
+    rc = read_run_config(c)
+    assert rc.method.loss.policy_loss == "gspo" and rc.method.loss.policy_loss_kwargs == {"eps_high": 1e-3}
+    assert rc.method.distill.teacher == "/some/teacher"
+    back = run_config_dict(rc)["method"]
+    assert back["policy_loss"] == "gspo" and back["distill"]["teacher"] == "/some/teacher"
