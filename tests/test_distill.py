@@ -147,3 +147,21 @@ def test_training_on_the_signal_lowers_the_reverse_kl(models):
     probe = _samples(student, jax.random.key(99), **kw)
     after = _reverse_kl(params, gd, teacher, probe[0], probe[1])
     assert after < 0.8 * before, (before, after)  # measured: 0.072 -> 0.046
+
+
+def test_gguf_teacher_from_config(tmp_path):
+    """A GGUF file as the teacher: `method.distill.teacher=<file>.gguf` loads the model the file was written from."""
+    pytest.importorskip("gguf", reason="pip install gguf (llama.cpp's reader) for the GGUF import")
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from gguf_fixtures import write_gguf_from_hf
+    from hf_fixtures import make_hf_model, torch_logits
+
+    hf = make_hf_model("qwen2")
+    path = write_gguf_from_hf(tmp_path / "teacher.gguf", hf, "qwen2")
+    m = make_method({"name": "grpo", "distill": {"teacher": str(path)}})
+    tokens = np.random.default_rng(0).integers(0, hf.config.vocab_size, (1, 12))
+    ours = np.asarray(m.teacher(jnp.asarray(tokens), jnp.arange(12)[None]))
+    np.testing.assert_allclose(ours, torch_logits(hf, tokens), atol=1e-4)
