@@ -109,6 +109,13 @@ def test_notebook_runs(path, monkeypatch):
     assert rows and all(set(expect.columns) <= set(r) for r in rows), \
         f"table columns: expected {expect.columns}, got {sorted(rows[0]) if rows else None}"
     assert isinstance(fig, Figure), f"the final cell shows a matplotlib Figure, got {type(fig).__name__}"
+    if "loss_table" in ns:  # 04's policy-loss sweep: one row per loss, and no two losses train alike
+        assert [r["policy_loss"] for r in ns["loss_table"]] == list(ns["LOSSES"])
+        grad = _arm_curves(next(ax for ax in ns["loss_fig"].axes if ax.get_title() == "grad_norm"))
+        assert len(grad) == len(ns["LOSSES"])
+        for a in grad:
+            for b in grad:
+                assert a == b or not np.array_equal(grad[a], grad[b]), f"losses {a} and {b} drew the same grad_norm"
     titles = [ax.get_title() for ax in fig.axes]
     assert set(expect.panels) <= set(titles), f"panels: expected {expect.panels}, got {titles}"
     assert all(ax.lines for ax in fig.axes), "every panel draws at least one curve"

@@ -13,6 +13,7 @@ from typing import Mapping
 from jaxrl_reason.knobs import check_known, keyword_knobs, plain, read_section, section_dict
 from jaxrl_reason.methods.cipo import CIPO, CIPOV
 from jaxrl_reason.methods.cure import CURE
+from jaxrl_reason.methods.distill import DistillConfig, with_distillation
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.methods.ppo import PPO, PPOV
 from jaxrl_reason.methods.rlv import RLV
@@ -32,6 +33,7 @@ class MethodConfig:
     estimator_kwargs: Mapping = dataclasses.field(default_factory=dict)  # the estimator's keywords, e.g. {"ddof": 0}
     extra: Mapping = dataclasses.field(default_factory=dict)  # the method's own knobs (method_knobs(name))
     loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)  # flat in the section: method.beta
+    distill: DistillConfig = dataclasses.field(default_factory=DistillConfig)  # on-policy distillation (method.distill.teacher)
 
 
 def method_knobs(name: str) -> dict:
@@ -64,7 +66,7 @@ def read_method_config(values) -> MethodConfig:
     the named method (`extra`) or of the named estimator (`estimator_kwargs`) is refused, naming the valid ones."""
     values = plain(values)
     default = MethodConfig()
-    own = ("name", "estimator", "estimator_kwargs", "extra")
+    own = ("name", "estimator", "estimator_kwargs", "extra", "distill")
     check_known("method", values, list(own) + _loss_keys())
     name, estimator = values.get("name", default.name), values.get("estimator", default.estimator)
     if name not in METHODS:
@@ -80,20 +82,25 @@ def read_method_config(values) -> MethodConfig:
     check_known("method.extra", extra, method_knobs(name), what=f"method {name!r}")
     check_known("method.estimator_kwargs", kwargs, estimator_knobs(estimator), what=f"estimator {estimator!r}")
     loss = read_section(PolicyLossConfig, "method", {k: v for k, v in values.items() if k not in own})
-    return MethodConfig(name=name, estimator=estimator, estimator_kwargs=kwargs, extra=extra, loss=loss)
+    distill = read_section(DistillConfig, "method.distill", values.get("distill"))
+    return MethodConfig(name=name, estimator=estimator, estimator_kwargs=kwargs, extra=extra, loss=loss,
+                        distill=distill)
 
 
 def method_section(config: MethodConfig) -> dict:
     """A MethodConfig as the plain dict of its config section (the loss knobs flat, as `read_method_config` reads
     them)."""
     out = {k: getattr(config, k) for k in ("name", "estimator")}
-    out.update(estimator_kwargs=dict(config.estimator_kwargs), extra=dict(config.extra))
+    out.update(estimator_kwargs=dict(config.estimator_kwargs), extra=dict(config.extra),
+               distill=section_dict(config.distill))
     return {**out, **section_dict(config.loss)}
 
 
-def make_method(cfg):
+def make_method(cfg, teacher=None):
     """cfg: a MethodConfig, or a `method` section (ConfigDict/dict: `name`, `estimator`, `estimator_kwargs`,
-    `extra` and the PolicyLossConfig fields), checked by `read_method_config` first."""
+    `extra`, `distill` and the PolicyLossConfig fields), checked by `read_method_config` first. teacher: an
+    in-memory distillation teacher (a model), used in place of `distill.teacher`'s checkpoint."""
     mc = cfg if isinstance(cfg, MethodConfig) else read_method_config(cfg)
     # Both keyword sets go into one call: the checks above keep them apart (no key is valid in both).
-    return METHODS[mc.name](estimator=mc.estimator, loss=mc.loss, **dict(mc.estimator_kwargs), **dict(mc.extra))
+    method = METHODS[mc.name](estimator=mc.estimator, loss=mc.loss, **dict(mc.estimator_kwargs), **dict(mc.extra))
+    return with_distillation(method, mc.distill, teacher)

@@ -37,7 +37,7 @@ from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages, 
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import TokenBatch, concat_batches
-from jaxrl_reason.rl.losses import TermSpec, kl_spec, pg_spec
+from jaxrl_reason.rl.losses import TermSpec, kl_spec
 
 PREFERENCES = ("difficulty", "uniform")
 
@@ -231,8 +231,7 @@ class CIPO(GRPO):
     def terms(self) -> tuple[TermSpec, ...]:
         l = self.loss
         agg = dict(aggregation=l.aggregation, max_len=l.max_len)
-        t = [pg_spec(("correct",), name="correct", weight=self.correct_weight, eps_low=l.eps_low,
-                     eps_high=l.eps_high, dual_clip=l.dual_clip, **agg)]
+        t = [l.policy_term(("correct",), name="correct", weight=self.correct_weight)]
         if l.beta:
             t.append(kl_spec(("correct",), beta=l.beta * self.correct_weight, estimator=l.kl_estimator,
                              name="correct_kl", **agg))

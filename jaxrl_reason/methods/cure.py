@@ -38,7 +38,7 @@ from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches
 from jaxrl_reason.rl.importance import truncated_is_weights
-from jaxrl_reason.rl.losses import TermSpec, kl_spec, pg_spec
+from jaxrl_reason.rl.losses import TermSpec, kl_spec
 from jaxrl_reason.rl.scoring import completion_logprobs
 
 CURE_TASKS = ("solve", "critique", "guided_solve")
@@ -357,16 +357,15 @@ class CURE(GRPO):
         pooled: one PPO-clip and one KL term over all three tasks."""
         l = self.loss
         agg = dict(aggregation=l.aggregation, max_len=l.max_len)
-        clip = dict(eps_low=l.eps_low, eps_high=l.eps_high, dual_clip=l.dual_clip)
         if self.task_pooling == "pooled":
-            t = [pg_spec(CURE_TASKS, name="pg", **agg, **clip)]
+            t = [l.policy_term(CURE_TASKS, name="pg")]
             if l.beta:
                 t.append(kl_spec(CURE_TASKS, beta=l.beta, estimator=l.kl_estimator, name="kl", **agg))
             return tuple(t)
         # (task, policy term name, KL term name, weight); "pg" / "kl" keep GRPO's names for the solve task
         tasks = (("solve", "pg", "kl", 1.0), ("critique", "critique", "critique_kl", self.critique_weight),
                  ("guided_solve", "guided_solve", "guided_solve_kl", self.guided_weight))
-        t = [pg_spec((task,), name=pg, weight=w, **agg, **clip) for task, pg, _, w in tasks]
+        t = [l.policy_term((task,), name=pg, weight=w) for task, pg, _, w in tasks]
         if l.beta:
             t += [kl_spec((task,), beta=l.beta * w, estimator=l.kl_estimator, name=kl, **agg)
                   for task, _, kl, w in tasks]

@@ -2,22 +2,27 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Mapping, Optional
 
 import numpy as np
 
+from jaxrl_reason.knobs import check_known
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, register_task
 from jaxrl_reason.rl.importance import check_tis, truncated_is_weights
 from jaxrl_reason.rl.overlong import check_overlong, overlong_penalty, truncated_mask
-from jaxrl_reason.rl.losses import TermSpec, kl_spec, pg_spec
+from jaxrl_reason.rl.losses import TermSpec, kl_spec
+from jaxrl_reason.rl.policy_losses import POLICY_LOSSES, VERL_NAMES, policy_loss_knobs, policy_spec
 
 
 @dataclasses.dataclass
 class PolicyLossConfig:
-    """The PPO-clip solve term, its KL penalty, and the corrections applied to sampled solve rows."""
+    """The policy-loss term of sampled rows (PPO-clip by default, or any loss of `rl.policy_losses`), its KL
+    penalty, and the corrections applied to sampled solve rows."""
 
+    policy_loss: str = "ppo_clip"  # ppo_clip | gspo | sapo | gpg | clip_cov | kl_cov | geo_mean | cispo | dppo_tv | dppo_kl | dro
+    policy_loss_kwargs: Mapping = dataclasses.field(default_factory=dict)  # that loss's own knobs (rl.policy_losses.policy_loss_knobs), e.g. {"eps_high": 4e-4}
     aggregation: str = "seq_mean_token_mean"  # token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm
     max_len: Optional[int] = None  # fixed length for seq_mean_token_sum_norm (default: max_new_tokens)
     eps_low: float = 0.2  # PPO clip below 1: the ratio is clipped at 1 - eps_low
@@ -34,10 +39,32 @@ class PolicyLossConfig:
     def __post_init__(self):
         check_tis(self.tis, self.tis_cap)
         check_overlong(self.overlong_buffer, self.overlong_penalty)
+        self.policy_loss = VERL_NAMES.get(self.policy_loss, self.policy_loss)
+        if self.policy_loss not in POLICY_LOSSES:
+            raise ValueError(f"config method.policy_loss={self.policy_loss!r} is unknown; available: "
+                             f"{list(POLICY_LOSSES)}")
+        self.policy_loss_kwargs = dict(self.policy_loss_kwargs or {})
+        check_known("method.policy_loss_kwargs", self.policy_loss_kwargs, policy_loss_knobs(self.policy_loss),
+                    what=f"policy loss {self.policy_loss!r}" + (
+                        "; PPO-clip's knobs are method.eps_low / eps_high / dual_clip"
+                        if self.policy_loss == "ppo_clip" else ""))
+        if self.policy_loss != "ppo_clip":
+            base = PolicyLossConfig.__dataclass_fields__
+            moved = [k for k in ("eps_low", "eps_high", "dual_clip") if getattr(self, k) != base[k].default]
+            if moved:
+                raise ValueError(f"config method.{moved[0]} is PPO-clip's knob, but method.policy_loss="
+                                 f"{self.policy_loss!r}; set method.policy_loss_kwargs.<knob> instead (its knobs: "
+                                 f"{sorted(policy_loss_knobs(self.policy_loss)) or 'none'})")
+
+    def policy_term(self, tasks, *, name: str = "pg", weight: float = 1.0) -> TermSpec:
+        """The policy-loss term over `tasks`' rows, in this config's aggregation."""
+        knobs = (dict(eps_low=self.eps_low, eps_high=self.eps_high, dual_clip=self.dual_clip)
+                 if self.policy_loss == "ppo_clip" else self.policy_loss_kwargs)
+        return policy_spec(self.policy_loss, tasks, name=name, weight=weight, aggregation=self.aggregation,
+                           max_len=self.max_len, **knobs)
 
     def terms(self, tasks=("solve",)) -> tuple[TermSpec, ...]:
-        t = [pg_spec(tasks, aggregation=self.aggregation, max_len=self.max_len, eps_low=self.eps_low,
-                     eps_high=self.eps_high, dual_clip=self.dual_clip)]
+        t = [self.policy_term(tasks)]
         if self.beta:
             # Inside the same per-sequence mean as the policy term (the GRPO objective; verl and TRL alike).
             t.append(kl_spec(tasks, beta=self.beta, estimator=self.kl_estimator, aggregation=self.aggregation,

@@ -10,6 +10,7 @@ from jaxrl_reason.rl.importance import truncated_is_weights
 from jaxrl_reason.rl.losses import (TERM_KINDS, TermKind, TermSpec, kl_spec, needs_reference, objective, pg_spec,
                                     register_term_kind, sft_spec, term_spec)
 from jaxrl_reason.rl.overlong import overlong_penalty
+from jaxrl_reason.rl.policy_losses import POLICY_LOSSES, policy_loss_knobs, policy_spec  # registers verl's losses
 from jaxrl_reason.rl.scoring import completion_logprobs, model_logprobs, next_token_logprobs, reference_logprobs
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "build_token_batch", "clipped_value_loss", "gae", "whiten",
     "completion_logprobs", "compute_advantages", "concat_batches", "group_metrics", "kl_spec", "model_logprobs",
     "needs_reference", "next_token_logprobs", "objective", "overlong_penalty", "pad_rows_to", "pg_spec",
+    "POLICY_LOSSES", "policy_loss_knobs", "policy_spec",
     "reference_logprobs", "register_task", "register_term_kind", "sft_spec", "term_spec", "truncated_is_weights",
     "zero_signal_groups",
 ]
