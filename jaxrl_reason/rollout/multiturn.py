@@ -159,7 +159,7 @@ def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, n
 def _decode_turn(graphdef, state, cache, hidden, positions, done, key, sp, *, max_new: int, stop_strings,
                  tokenizer, chunk: int, mesh):
     """One turn of decoding for every row not `done`: the sampler's jitted decode in chunks, each row cut after
-    the first stop string. Returns (cache, tokens, logprobs, sampling_logprobs, lengths, finish) on the host."""
+    the first stop string. Returns (cache, hidden, tokens, logprobs, sampling_logprobs, lengths, finish) on the host."""
     n = done.shape[0]
     pad_id = int(sp[-1])
     carry = _Carry(cache, hidden, jnp.full((n, max_new), pad_id, jnp.int32), jnp.zeros((n, max_new), jnp.float32),
@@ -193,7 +193,7 @@ def _decode_turn(graphdef, state, cache, hidden, positions, done, key, sp, *, ma
         if finish[r] == FINISH_EOS and lens[r] <= c:  # a stop id before the delimiter ended the row first
             continue
         lens[r], finish[r] = c, FINISH_STOP
-    return carry.cache, toks, lp, slp, lens, finish
+    return carry.cache, carry.hidden, toks, lp, slp, lens, finish
 
 
 def multi_turn_sample(model: Qwen2, tokenizer, examples: Sequence[Any], make_env: Callable[[], ToolEnv],
@@ -262,7 +262,7 @@ def multi_turn_sample(model: Qwen2, tokenizer, examples: Sequence[Any], make_env
                                         num_samples=1, max_new_tokens=m, mesh=mesh)
                 next_pos = np.where(done, next_pos, clen)
         base = int(to_host(cache.index))
-        cache, toks, lp, slp, lens, fin = _decode_turn(
+        cache, hidden, toks, lp, slp, lens, fin = _decode_turn(
             graphdef, state, cache, hidden, next_pos, done.copy(), jax.random.fold_in(key, t), sp, max_new=m,
             stop_strings=stop_strings, tokenizer=tokenizer, chunk=config.chunk_steps, mesh=mesh)
         pending_env = [[] for _ in range(n)]
