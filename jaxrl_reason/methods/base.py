@@ -33,6 +33,7 @@ class Rollouts(NamedTuple):
     finish: Sequence[str]
     details: Sequence[dict]
     sampling_logprobs: Optional[Sequence[np.ndarray]] = None
+    token_masks: Optional[Sequence[np.ndarray]] = None
 
     @property
     def group_size(self) -> int:

@@ -419,7 +419,8 @@ def _select_groups(r: Rollouts, idx) -> Rollouts:
     pick = lambda xs: [xs[i] for i in rows]
     return Rollouts([r.examples[i] for i in idx], [r.prompts[i] for i in idx], pick(r.completions),
                     pick(r.logprobs), pick(r.texts), r.rewards[np.asarray(idx)], pick(r.finish), pick(r.details),
-                    None if r.sampling_logprobs is None else pick(r.sampling_logprobs))
+                    None if r.sampling_logprobs is None else pick(r.sampling_logprobs),
+                    None if r.token_masks is None else pick(r.token_masks))
 
 
 def _concat_rollouts(rs: Sequence[Rollouts]) -> Rollouts:
@@ -427,8 +428,9 @@ def _concat_rollouts(rs: Sequence[Rollouts]) -> Rollouts:
         return rs[0]
     cat = lambda f: [x for r in rs for x in getattr(r, f)]
     sampling = None if any(r.sampling_logprobs is None for r in rs) else cat("sampling_logprobs")
+    masks = None if any(r.token_masks is None for r in rs) else cat("token_masks")
     return Rollouts(cat("examples"), cat("prompts"), cat("completions"), cat("logprobs"), cat("texts"),
-                    np.concatenate([r.rewards for r in rs]), cat("finish"), cat("details"), sampling)
+                    np.concatenate([r.rewards for r in rs]), cat("finish"), cat("details"), sampling, masks)
 
 
 # ---------------------------------------------------------------------------------------------- SFT warm-up
