@@ -25,7 +25,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
-from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts
+from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts, tool_rollouts
+from jaxrl_reason.rollout.multiturn import ToolConfig, multi_turn_sample
 from jaxrl_reason.models.qwen2 import attach_critic, attach_value_head
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
@@ -148,14 +149,20 @@ class Trainer:
     def __init__(self, model, tokenizer, method: Method, train_examples: Sequence[Any], reward_fn: Callable,
                  config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
                  prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
-                 rules: prules.Rules = prules.DEFAULT_RULES, formats: RowFormats = RowFormats()):
+                 rules: prules.Rules = prules.DEFAULT_RULES, formats: RowFormats = RowFormats(),
+                 tools: Optional[ToolConfig] = None):
         """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy.
         prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code).
         formats: how the data writes verify rows, critiques and corrections (methods read `Context.formats`;
         `experiment.data.row_formats` builds it from the data section); the default is the papers' formats.
         mesh: a `parallel.make_mesh` mesh to train on (None: the one-device mesh); `rules` lay out the params
-        and optimizer state on it. A model already loaded into those shardings is used without a copy."""
+        and optimizer state on it. A model already loaded into those shardings is used without a copy.
+        tools: with tools named, rollouts are multi-turn conversations with them (`rollout.multiturn`), within a
+        total budget of `config.max_new_tokens` tokens after the prompt; environment tokens are never trained."""
         self.prompt_fn, self.formats = prompt_fn, formats
+        self.tools = tools if tools is not None and tools.enabled else None
+        self._make_env = None if self.tools is None else self.tools.make_env(prompt_fn)
+        self._tool_metrics: dict = {}
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
         self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
@@ -236,6 +243,14 @@ class Trainer:
                       state=self.state.params, mesh=self.mesh, **kw)
 
     def rollouts(self, examples, key) -> Rollouts:
+        if self.tools is not None:
+            c = self.cfg
+            out = multi_turn_sample(self.model, self.tokenizer, examples, self._make_env, key, config=self.tools,
+                                    max_tokens=c.max_new_tokens, num_samples=c.samples_per_prompt,
+                                    temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
+                                    state=self.state.params, mesh=self.mesh)
+            ro, self._tool_metrics = tool_rollouts(out, examples, reward=self._reward)
+            return ro
         return generate_rollouts(lambda p, **kw: self._sample(p, key, **kw), self.tokenizer, self._prompts(examples),
                                  examples, num_samples=self.cfg.samples_per_prompt, reward=self._reward)
 
@@ -317,7 +332,7 @@ class Trainer:
         step_arr = jnp.asarray(step, jnp.int32)
         self.state = TrainState(replicated_value(step_arr, self.mesh), params, opt_state, key)
         lengths = np.array([len(x) for x in ro.completions])
-        metrics = {**update_metrics, **method_metrics, **extra_metrics,
+        metrics = {**update_metrics, **method_metrics, **extra_metrics, **self._tool_metrics,
                    "reward/mean": float(ro.rewards.mean()), "reward/accuracy": float((ro.rewards > 0.5).mean()),
                    "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
                    "length/clipped_frac": float(np.mean([f == "length" for f in ro.finish])),
