@@ -206,7 +206,7 @@ def parity_reward(texts, examples):
     return RewardResult(np.array([len(t) % 2 for t in texts], np.float32), [{} for _ in texts])
 
 
-def tool_trainer(tok, workdir, steps=3):
+def tool_trainer(tok, workdir, steps=2):
     model = tiny_model(tok, seed=3)
     train = arithmetic_examples(32, seed=7, config=ARITH)
     c = TrainerConfig(steps=steps, prompts_per_step=2, samples_per_prompt=4, max_new_tokens=60, lr=1e-3,
@@ -221,8 +221,7 @@ def test_grpo_trains_on_multi_turn_rows_and_resumes_exactly(setup, tmp_path):
     full = tool_trainer(tok, str(tmp_path / "a"))
     ref = full.run()
     full.close()
-    assert all(r["tools/env_token_frac"] > 0 and r["grad_norm"] > 0 for r in ref)
-    assert ref[0]["tools/turns_mean"] > 1
+    assert all(r["tools/env_token_frac"] > 0 and r["tools/turns_mean"] > 1 and r["grad_norm"] > 0 for r in ref)
     part = tool_trainer(tok, str(tmp_path / "b"))
     first = part.run(stop_after=1)
     part.close()
@@ -234,4 +233,4 @@ def test_grpo_trains_on_multi_turn_rows_and_resumes_exactly(setup, tmp_path):
         for k in ("loss/pg", "reward/mean", "length/mean", "grad_norm", "tools/env_token_frac"):
             assert a[k] == b[k], (k, a[k], b[k])
     logged = [json.loads(x) for x in open(tmp_path / "b" / "logs" / "metrics.jsonl")]
-    assert [r["step"] for r in logged] == [1, 2, 3]
+    assert [r["step"] for r in logged] == [1, 2]
