@@ -330,3 +330,21 @@ def multi_turn_sample(model: Qwen2, tokenizer, examples: Sequence[Any], make_env
         [[tuple(x) for x in tr] for tr in turns[:keep]], ["\n".join(x) for x in texts[:keep]],
         np.asarray([len(e.calls) for e in envs[:keep]], np.int32),
         np.asarray([sum(r.ok for r in e.results) for e in envs[:keep]], np.int32), env_rewards[:keep])
+
+
+def demo_solution(turns: Sequence[str], tokenizer, role: str = "tool") -> tuple[str, list]:
+    """A worked multi-turn demonstration for an SFT warm-up: `turns` alternate model text and observations
+    (model, observation, model, ...). Returns (solution text, spans) where the spans (start, end, 0.0) cover the
+    environment turns, so that `train.trainer.sft_rows(span_weights=...)` trains only the model's text, as RL does."""
+    if len(turns) % 2 != 1:
+        raise ValueError("demo_solution: turns alternate model / observation and end with a model turn")
+    pre, post = env_turn_pieces(tokenizer, role)
+    text, spans = "", []
+    for i, t in enumerate(turns):
+        if i % 2:
+            env = pre + t + post
+            spans.append((len(text), len(text) + len(env), 0.0))
+            text += env
+        else:
+            text += t
+    return text, spans

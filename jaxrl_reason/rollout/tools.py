@@ -192,7 +192,11 @@ class ToolEnv:
 
     def reset(self, example) -> str:
         self.calls, self.results = [], []
-        msg = self.prompt_fn(example.question)
+        return self.first_message(example.question)
+
+    def first_message(self, question: str) -> str:
+        """The task's prompt for `question`, then (with `instructions`) the tools' call syntax."""
+        msg = self.prompt_fn(question)
         if self.instructions:
             msg += " Tools: " + ", ".join(f"<{n}>...</{n}>" for n in self.tools) + "."
         return msg

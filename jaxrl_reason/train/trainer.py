@@ -145,6 +145,32 @@ def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_
             "finished_frac": float(np.mean(finished)), "num_examples": len(examples)}
 
 
+def evaluate_tool_accuracy(model, params, tokenizer, examples, reward_fn, make_env, tools: ToolConfig, *,
+                           max_new_tokens: int, batch_size: int = 64, key=None, temperature: float = 0.0,
+                           mesh=None) -> dict:
+    """Held-out accuracy of a tool-using policy: one multi-turn conversation per question (greedy by default) with
+    its tools, graded on the model's turns; also tool calls per question, their success rate and tokens per turn
+    (model and environment)."""
+    key = jax.random.PRNGKey(0) if key is None else key
+    correct, calls, ok, turns, model_tok, env_tok = [], [], [], [], [], []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        out = multi_turn_sample(model, tokenizer, chunk, make_env, jax.random.fold_in(key, start), config=tools,
+                                max_tokens=max_new_tokens, temperature=temperature, state=params, mesh=mesh)
+        scores, _ = score_rows(reward_fn, out.texts, chunk)
+        scores = np.where(np.isnan(out.env_rewards), scores, out.env_rewards)
+        correct.extend(scores > 0.5)
+        calls.extend(out.calls.tolist())
+        ok.extend(out.calls_ok.tolist())
+        turns.extend(len(t) for t in out.turns)
+        model_tok.extend(m for t in out.turns for m, _ in t)
+        env_tok.extend(e for t in out.turns for _, e in t if e)
+    return {"accuracy": float(np.mean(correct)), "calls_per_question": float(np.mean(calls)),
+            "call_success": float(np.sum(ok) / max(np.sum(calls), 1)), "turns_mean": float(np.mean(turns)),
+            "model_tokens_per_turn": float(np.mean(model_tok)),
+            "env_tokens_per_turn": float(np.mean(env_tok)) if env_tok else 0.0, "num_examples": len(examples)}
+
+
 class Trainer:
     def __init__(self, model, tokenizer, method: Method, train_examples: Sequence[Any], reward_fn: Callable,
                  config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
