@@ -26,6 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts, tool_rollouts
+from jaxrl_reason.methods.grpo import GRPO
 from jaxrl_reason.rollout.multiturn import ToolConfig, multi_turn_sample
 from jaxrl_reason.models.qwen2 import attach_critic, attach_value_head
 from jaxrl_reason.rewards.base import RewardResult
@@ -187,6 +188,11 @@ class Trainer:
         total budget of `config.max_new_tokens` tokens after the prompt; environment tokens are never trained."""
         self.prompt_fn, self.formats = prompt_fn, formats
         self.tools = tools if tools is not None and tools.enabled else None
+        if self.tools is not None and type(method).build is not GRPO.build:
+            # RL^V's verify rows, CURE's critiques and CIPO's corrections are built from single-turn texts; on
+            # multi-turn rows they are untested, so they are refused rather than trained silently.
+            raise ValueError(f"tools.tools={self.tools.tools}: multi-turn rows are trained by GRPO-family methods "
+                             f"(grpo, dr_grpo, rloo, dapo...) only; method {method.name!r} is not supported with tools")
         self._make_env = None if self.tools is None else self.tools.make_env(prompt_fn)
         self._tool_metrics: dict = {}
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
