@@ -234,3 +234,47 @@ def test_grpo_trains_on_multi_turn_rows_and_resumes_exactly(setup, tmp_path):
             assert a[k] == b[k], (k, a[k], b[k])
     logged = [json.loads(x) for x in open(tmp_path / "b" / "logs" / "metrics.jsonl")]
     assert [r["step"] for r in logged] == [1, 2]
+
+
+# ------------------------------------------------------------------------------------------------ warm-up, config
+
+
+def test_tool_demonstrations_train_only_the_model_text(setup):
+    from jaxrl_reason.configs.tool_arithmetic import get_config
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.warmup import tool_sft_examples
+    from jaxrl_reason.train.trainer import sft_rows
+
+    tok = setup[0]
+    c = get_config()
+    c.data.train_size, c.data.heldout_size, c.sft.examples = 64, 8, 4
+    rc = read_run_config(c)
+    task = build_data(rc.data, rc.seed)
+    examples, prompt_fn, spans = tool_sft_examples(rc, task, tok, task.train[:4])
+    assert prompt_fn(examples[0].question).endswith("Tools: <calculator>...</calculator>.")
+    batch = sft_rows(tok, examples, prompt_fn=prompt_fn, span_weights=spans)
+    for i, e in enumerate(examples):
+        prompt = tok.encode(tok.render_prompt(prompt_fn(e.question)))
+        env = env_turn_ids(tok, e.answer, "tool", 64)
+        row = batch.tokens[i].tolist()
+        start = next(j for j in range(len(prompt), len(row)) if row[j:j + len(env)] == env)
+        assert (batch.loss_mask[i, start:start + len(env)] == 0).all()  # the tool turn: no loss
+        assert (batch.loss_mask[i, len(prompt):start] == 1).all()  # the call: trained
+        assert batch.loss_mask[i, start + len(env):].sum() > 0  # the answer after it: trained
+
+
+def test_tools_config_is_checked_before_compute(setup):
+    from jaxrl_reason.experiment.config import default_config, read_run_config
+    from jaxrl_reason.knobs import UnknownKnobError
+    from jaxrl_reason.methods.rlv import RLV
+
+    c = default_config()
+    c.tools.max_turn_budget = 3
+    with pytest.raises(UnknownKnobError, match="unknown config key tools.max_turn_budget"):
+        read_run_config(c)
+    with pytest.raises(ValueError, match="max_turns must be >= 1"):
+        ToolConfig(tools=("calculator",), max_turns=0)
+    tok, model, ex = setup
+    with pytest.raises(ValueError, match="GRPO-family methods"):
+        Trainer(model, tok, RLV(), ex, parity_reward, TrainerConfig(steps=1), "/tmp/unused", tools=cfg())
