@@ -26,7 +26,7 @@ import numpy as np
 
 ARITH = dict(min_digits=3, max_digits=3, operations=("*",), min_operands=2, max_operands=2,
              solution_style="compact")
-MAX_NEW = 48
+MAX_NEW = 96  # tokens after the prompt, tool turns included (a tool answer is ~50), the same for both arms
 
 
 def boxed_reward(texts, examples):
