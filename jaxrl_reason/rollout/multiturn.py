@@ -171,7 +171,8 @@ def _decode_turn(graphdef, state, cache, hidden, positions, done, key, sp, *, ma
     step = 0
     while step < max_new:
         step = min(step + chunk, max_new)
-        carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
+        with jax.set_mesh(mesh):  # as the sampler traces it: the model may pin activation rows to the mesh
+            carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
         if stop_strings:
             host_done = to_host(carry.done).copy()
             toks, lens = to_host(carry.tokens), to_host(carry.lengths)
@@ -236,8 +237,9 @@ def multi_turn_sample(model: Qwen2, tokenizer, examples: Sequence[Any], make_env
     next_pos = np.repeat(lengths, g).astype(np.int64)
     used = np.zeros((n,), np.int64)
 
-    cache, hidden = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh), num_samples=g,
-                            max_new_tokens=m, mesh=mesh)
+    with jax.set_mesh(mesh):
+        cache, hidden = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh), num_samples=g,
+                                max_new_tokens=m, mesh=mesh)
     pending_env: list = [[] for _ in range(n)]
     keep_until = np.full((n,), np.iinfo(np.int32).max, np.int64)
     for t in range(config.max_turns):
@@ -252,14 +254,16 @@ def multi_turn_sample(model: Qwen2, tokenizer, examples: Sequence[Any], make_env
                     env_pos[r, :k] = next_pos[r] - k + np.arange(k)
                 index = int(to_host(cache.index))
                 cache = _grow_to(cache, index + t_env + m)
-                cache, hidden = _extend(graphdef, state, cache, _on_mesh(np.minimum(keep_until, index), mesh),
-                                        _on_mesh(env_tok, mesh), _on_mesh(env_pos, mesh), _on_mesh(env_seg, mesh),
-                                        hidden)
+                with jax.set_mesh(mesh):
+                    cache, hidden = _extend(graphdef, state, cache, _on_mesh(np.minimum(keep_until, index), mesh),
+                                            _on_mesh(env_tok, mesh), _on_mesh(env_pos, mesh),
+                                            _on_mesh(env_seg, mesh), hidden)
             else:
                 rows = [row_prompt[r] + conv[r] if not done[r] else [pad_id] for r in range(n)]
                 ctok, clen = _left_pad(rows, pad_id)
-                cache, hidden = prefill(graphdef, state, _on_mesh(ctok, mesh), _on_mesh(clen, mesh),
-                                        num_samples=1, max_new_tokens=m, mesh=mesh)
+                with jax.set_mesh(mesh):
+                    cache, hidden = prefill(graphdef, state, _on_mesh(ctok, mesh), _on_mesh(clen, mesh),
+                                            num_samples=1, max_new_tokens=m, mesh=mesh)
                 next_pos = np.where(done, next_pos, clen)
         base = int(to_host(cache.index))
         cache, hidden, toks, lp, slp, lens, fin = _decode_turn(
