@@ -165,6 +165,23 @@ class Tokenizer:
             text = f"{head}User: {user_text}\nAssistant: "
         return text + assistant_prefix
 
+    def render_env_turn(self, content: str, *, role: str = "tool") -> str:
+        """The text between a model reply cut mid-turn (at a tool call) and its next reply: the end of the model's
+        turn, an environment turn `content` in `role`, and the start of the model's next turn, as the chat template
+        writes them (the part of a rendered conversation after the assistant's text). Without a template, plain
+        "User: ... / Assistant:" lines."""
+        if not self.has_chat_template:
+            return f"\nUser: {content}\nAssistant: "
+        marker = "\x00MODEL_TURN\x00"
+        messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": marker},
+                    {"role": role, "content": content}]
+        text = self._hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                            **self._chat_template_kwargs)
+        if marker not in text:
+            raise ValueError("the chat template does not write the assistant's text verbatim; environment turns "
+                             "cannot be placed after it")
+        return text[text.index(marker) + len(marker):]
+
     # ------------------------------------------------------------------------------------------------- encoding
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`; no bos/eos is added. Special-token strings in `text` map to their ids."""

@@ -429,6 +429,13 @@ def arithmetic_examples(n: int, *, seed: int = 0, config: ArithmeticConfig = Ari
 _STEP_LINE = re.compile(r"^\s*(\(?-?\d+\)?)\s*([-+*])\s*(\(?-?\d+\)?)\s*=\s*(-?\d+)\s*$")
 
 
+def calculator_demo(example: Example) -> list[str]:
+    """A tool-using worked solution (`rollout.multiturn.demo_solution`): the expression handed to the calculator,
+    its result as the tool's turn, then the boxed answer copied from it."""
+    expr = example.meta["expression"]
+    return [f"<calculator>{expr}</calculator>", example.answer, f"The answer is \\boxed{{{example.answer}}}."]
+
+
 def _int(token: str) -> int:
     return int(token.strip("()"))
 

@@ -16,6 +16,7 @@ import ml_collections
 
 from jaxrl_reason.knobs import check_known, plain, read_section, section_dict
 from jaxrl_reason.methods import MethodConfig, method_section, read_method_config
+from jaxrl_reason.rollout.multiturn import ToolConfig
 from jaxrl_reason.train.trainer import TrainerConfig
 
 
@@ -194,10 +195,11 @@ class RunConfig:
     method: MethodConfig = dataclasses.field(default_factory=MethodConfig)
     rl: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # the RL loop; its seed is `seed`
     parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
+    tools: ToolConfig = dataclasses.field(default_factory=ToolConfig)  # tool-using multi-turn rollouts (off: none)
 
 
 _SECTIONS = {"model": ModelSection, "tokenizer": TokenizerSection, "data": DataSection, "sft": SftSection,
-             "parallel": ParallelSection}
+             "parallel": ParallelSection, "tools": ToolConfig}
 
 
 def read_run_config(cfg) -> RunConfig:

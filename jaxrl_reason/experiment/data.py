@@ -3,7 +3,7 @@ the prompt that poses them."""
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 from jaxrl_reason.data.datasets import dedupe, heldout_score, load_examples, question_key
 from jaxrl_reason.data.prompts import code_solve_prompt, solve_prompt
@@ -18,6 +18,9 @@ class TaskData(NamedTuple):
     heldout: list
     reward_fn: Callable  # (texts, examples) -> RewardResult
     prompt_fn: Callable[[str], str]  # question -> the user turn that asks it
+    # example -> a tool-using demonstration for the SFT warm-up with `tools` on: model text, observation, model text,
+    # ... (`rollout.multiturn.demo_solution`); None: the source writes none
+    tool_demo: Optional[Callable[[Any], list]] = None
 
 
 def split_heldout(pool, n: int, salt: str = "heldout"):
@@ -45,7 +48,8 @@ def _pool_size(d: DataSection) -> int:
 
 
 def arithmetic_source(d: DataSection, seed: int) -> TaskData:
-    from jaxrl_reason.data.arithmetic import ArithmeticConfig, arithmetic_examples, arithmetic_process_reward
+    from jaxrl_reason.data.arithmetic import (ArithmeticConfig, arithmetic_examples, arithmetic_process_reward,
+                                              calculator_demo)
 
     acfg = ArithmeticConfig(min_digits=d.min_digits, max_digits=d.max_digits, min_operands=d.min_operands,
                             max_operands=d.max_operands, operations=tuple(d.operations),
@@ -55,8 +59,8 @@ def arithmetic_source(d: DataSection, seed: int) -> TaskData:
         if acfg.solution_style != "compact":
             raise ValueError("config data.reward='answer_and_steps' checks compact steps; set "
                              "data.solution_style='compact'")
-        return TaskData(train, heldout, arithmetic_process_reward, solve_prompt)
-    return TaskData(train, heldout, _math_reward_fn(d), solve_prompt)
+        return TaskData(train, heldout, arithmetic_process_reward, solve_prompt, calculator_demo)
+    return TaskData(train, heldout, _math_reward_fn(d), solve_prompt, calculator_demo)
 
 
 def code_source(d: DataSection, seed: int) -> TaskData:

@@ -95,7 +95,7 @@ def run(cfg) -> dict:
 
     from jaxrl_reason.data.datasets import write_jsonl
     from jaxrl_reason.parallel.mesh import is_main_process
-    from jaxrl_reason.train.trainer import Trainer, evaluate_accuracy
+    from jaxrl_reason.train.trainer import Trainer, evaluate_accuracy, evaluate_tool_accuracy
 
     t_start = time.time()
     workdir = os.path.abspath(rc.workdir)
@@ -125,6 +125,11 @@ def run(cfg) -> dict:
     rl_train = task.train[rc.sft.examples:] if rc.sft.steps > 0 else task.train
 
     def heldout_acc(params=None):
+        if rc.tools.enabled:
+            return evaluate_tool_accuracy(model, params if params is not None else nnx.state(model), tokenizer,
+                                          task.heldout, task.reward_fn, rc.tools.make_env(task.prompt_fn), rc.tools,
+                                          max_new_tokens=rc.rl.max_new_tokens, batch_size=rc.rl.eval_batch_size,
+                                          mesh=mesh)
         return evaluate_accuracy(model, params if params is not None else nnx.state(model), tokenizer, task.heldout,
                                  task.reward_fn, max_new_tokens=rc.rl.max_new_tokens,
                                  batch_size=rc.rl.eval_batch_size, progress=rc.rl.progress,
@@ -137,7 +142,7 @@ def run(cfg) -> dict:
 
     trainer = Trainer(model, tokenizer, method, rl_train, task.reward_fn, rc.rl, workdir,
                       eval_examples=task.heldout, prompt_fn=task.prompt_fn, mesh=mesh,
-                      formats=row_formats(rc.data))
+                      formats=row_formats(rc.data), tools=rc.tools)
     t = time.time()
     trainer.run()
     results["rl_seconds"] = results.get("rl_seconds", 0.0) + time.time() - t

@@ -267,6 +267,29 @@ def _writer(workdir: str, name: str):
     return MetricsWriter(os.path.join(workdir, name), enabled=is_main_process())
 
 
+def tool_sft_examples(rc: RunConfig, task: TaskData, tokenizer, examples):
+    """With `tools` on, the warm-up teaches the call syntax: each worked solution becomes the source's tool-using
+    demonstration (`TaskData.tool_demo`), posed by the tool environment's first message, its tool turns masked
+    from the loss as RL masks them. -> (examples, prompt_fn, span_weights)."""
+    import dataclasses
+
+    from jaxrl_reason.rollout.multiturn import demo_solution
+
+    if task.tool_demo is None:
+        raise ValueError(f"config tools.tools={rc.tools.tools} with an SFT warm-up, but data.source="
+                         f"{rc.data.source!r} writes no tool demonstrations; set sft.steps=0 or use a source that "
+                         "does (arithmetic)")
+    if len(examples) != min(rc.sft.examples, len(task.train)):
+        raise ValueError("config tools.tools with sft.aux_*_share > 0: auxiliary warm-up rows are not tool "
+                         "demonstrations; set the aux shares to 0")
+    env = rc.tools.make_env(task.prompt_fn)()
+    out = []
+    for e in examples:
+        text, spans = demo_solution(task.tool_demo(e), tokenizer, rc.tools.observation_role)
+        out.append(dataclasses.replace(e, solution=text, meta={**e.meta, "tool_spans": spans}))
+    return out, env.first_message, lambda e: e.meta["tool_spans"]
+
+
 def run_sft(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> float:
     """The supervised warm-up on the first `sft.examples` training problems; -> seconds. Logs to logs_sft/."""
     from jaxrl_reason.train.trainer import sft_train
@@ -275,9 +298,13 @@ def run_sft(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=
     writer = _writer(workdir, "logs_sft")
     t = time.time()
     examples, prompt_fn = sft_examples(rc, task)
+    span_weights = None
+    if rc.tools.enabled:
+        examples, prompt_fn, span_weights = tool_sft_examples(rc, task, tokenizer, examples)
     sft_train(model, tokenizer, examples, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
               warmup_steps=s.warmup_steps, seed=rc.seed, writer=writer, progress=rc.rl.progress,
-              prompt_fn=prompt_fn, mesh=mesh, pack=s.pack, **stage_checkpoints(rc, workdir, "sft"))
+              prompt_fn=prompt_fn, mesh=mesh, pack=s.pack, span_weights=span_weights,
+              **stage_checkpoints(rc, workdir, "sft"))
     writer.close()
     return time.time() - t
 

@@ -33,6 +33,7 @@ class Rollouts(NamedTuple):
     finish: Sequence[str]
     details: Sequence[dict]
     sampling_logprobs: Optional[Sequence[np.ndarray]] = None
+    token_masks: Optional[Sequence[np.ndarray]] = None
 
     @property
     def group_size(self) -> int:
@@ -60,6 +61,32 @@ def generate_rollouts(sample: Callable[..., Any], tokenizer, prompts: Sequence[S
     return Rollouts(list(examples), [list(p) for p in prompts], out.completions(), cut(out.logprobs), texts,
                     scores.reshape(len(prompts), num_samples), out.finish_names(), details,
                     cut(out.sampling_logprobs))
+
+
+def tool_rollouts(out, examples: Sequence[Any], *, reward: Optional[Callable] = None) -> tuple[Rollouts, dict]:
+    """Rollouts of a multi-turn, tool-using sample (`rollout.multiturn.MultiTurnOutput`): completions hold the
+    model's and the environment's turns, `token_masks` mark the model's, and `reward(texts, examples)` grades the
+    model's turns (an environment's own final reward wins where it gave one). Also returns the tool metrics."""
+    n, q = len(out.completions), len(examples)
+    g = n // max(q, 1)
+    if reward is None:
+        scores, details = np.zeros((n,), np.float32), [{} for _ in range(n)]
+    else:
+        res = reward(out.texts, [examples[i] for i in out.prompt_index])
+        scores, details = np.asarray(res.scores, np.float32), list(res.details)
+    scores = np.where(np.isnan(out.env_rewards), scores, out.env_rewards).astype(np.float32)
+    env_tokens = sum(float((1 - m).sum()) for m in out.model_mask)
+    all_tokens = max(sum(len(c) for c in out.completions), 1)
+    calls = out.calls.astype(np.float64)
+    metrics = {"tools/calls_per_sample": float(calls.mean()),
+               "tools/call_success": float(out.calls_ok.sum() / max(calls.sum(), 1)),
+               "tools/turns_mean": float(np.mean([len(t) for t in out.turns])),
+               "tools/env_token_frac": env_tokens / all_tokens}
+    for f in ("eos", "length", "budget", "max_turns"):
+        metrics[f"tools/finish_{f}"] = float(np.mean([x == f for x in out.finish]))
+    ro = Rollouts(list(examples), [list(p) for p in out.prompts], out.completions, out.logprobs, out.texts,
+                  scores.reshape(q, g), out.finish, details, out.sampling_logprobs, out.model_mask)
+    return ro, metrics
 
 
 class RowFormats(NamedTuple):

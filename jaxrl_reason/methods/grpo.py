@@ -100,10 +100,12 @@ def solve_rows(rollouts: Rollouts, advantages: np.ndarray, loss: PolicyLossConfi
     elif loss.tis != "off":
         raise ValueError(f"tis={loss.tis!r} needs the sampler's log q of every sampled token "
                          "(Rollouts.sampling_logprobs), which these rollouts do not carry; set tis='off'")
-    masks = None
+    # Environment tokens of multi-turn rows (tool observations) carry no loss and no pi_old.
+    masks = None if rollouts.token_masks is None else [np.asarray(m, np.float32) for m in rollouts.token_masks]
     if loss.overlong_filter:
         truncated = truncated_mask(rollouts.finish)
-        masks = [np.full(len(c), 0.0 if t else 1.0, np.float32) for c, t in zip(rollouts.completions, truncated)]
+        keep = [np.full(len(c), 0.0 if t else 1.0, np.float32) for c, t in zip(rollouts.completions, truncated)]
+        masks = keep if masks is None else [m * k for m, k in zip(masks, keep)]
         metrics["overlong/filtered_frac"] = float(truncated.mean())
     batch = build_token_batch(prompts, rollouts.completions, adv, rollouts.logprobs, task, pad_id=pad_id,
                               completion_masks=masks)

@@ -24,7 +24,9 @@ from flax import nnx
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
-from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts
+from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts, tool_rollouts
+from jaxrl_reason.methods.grpo import GRPO
+from jaxrl_reason.rollout.multiturn import ToolConfig, multi_turn_sample
 from jaxrl_reason.models.qwen2 import attach_critic, attach_value_head
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
@@ -143,18 +145,55 @@ def evaluate_accuracy(model, params, tokenizer, examples, reward_fn, *, max_new_
             "finished_frac": float(np.mean(finished)), "num_examples": len(examples)}
 
 
+def evaluate_tool_accuracy(model, params, tokenizer, examples, reward_fn, make_env, tools: ToolConfig, *,
+                           max_new_tokens: int, batch_size: int = 64, key=None, temperature: float = 0.0,
+                           mesh=None) -> dict:
+    """Held-out accuracy of a tool-using policy: one multi-turn conversation per question (greedy by default) with
+    its tools, graded on the model's turns; also tool calls per question, their success rate and tokens per turn
+    (model and environment)."""
+    key = jax.random.PRNGKey(0) if key is None else key
+    correct, calls, ok, turns, model_tok, env_tok = [], [], [], [], [], []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        out = multi_turn_sample(model, tokenizer, chunk, make_env, jax.random.fold_in(key, start), config=tools,
+                                max_tokens=max_new_tokens, temperature=temperature, state=params, mesh=mesh)
+        scores, _ = score_rows(reward_fn, out.texts, chunk)
+        scores = np.where(np.isnan(out.env_rewards), scores, out.env_rewards)
+        correct.extend(scores > 0.5)
+        calls.extend(out.calls.tolist())
+        ok.extend(out.calls_ok.tolist())
+        turns.extend(len(t) for t in out.turns)
+        model_tok.extend(m for t in out.turns for m, _ in t)
+        env_tok.extend(e for t in out.turns for _, e in t if e)
+    return {"accuracy": float(np.mean(correct)), "calls_per_question": float(np.mean(calls)),
+            "call_success": float(np.sum(ok) / max(np.sum(calls), 1)), "turns_mean": float(np.mean(turns)),
+            "model_tokens_per_turn": float(np.mean(model_tok)),
+            "env_tokens_per_turn": float(np.mean(env_tok)) if env_tok else 0.0, "num_examples": len(examples)}
+
+
 class Trainer:
     def __init__(self, model, tokenizer, method: Method, train_examples: Sequence[Any], reward_fn: Callable,
                  config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
                  prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
-                 rules: prules.Rules = prules.DEFAULT_RULES, formats: RowFormats = RowFormats()):
+                 rules: prules.Rules = prules.DEFAULT_RULES, formats: RowFormats = RowFormats(),
+                 tools: Optional[ToolConfig] = None):
         """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy.
         prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code).
         formats: how the data writes verify rows, critiques and corrections (methods read `Context.formats`;
         `experiment.data.row_formats` builds it from the data section); the default is the papers' formats.
         mesh: a `parallel.make_mesh` mesh to train on (None: the one-device mesh); `rules` lay out the params
-        and optimizer state on it. A model already loaded into those shardings is used without a copy."""
+        and optimizer state on it. A model already loaded into those shardings is used without a copy.
+        tools: with tools named, rollouts are multi-turn conversations with them (`rollout.multiturn`), within a
+        total budget of `config.max_new_tokens` tokens after the prompt; environment tokens are never trained."""
         self.prompt_fn, self.formats = prompt_fn, formats
+        self.tools = tools if tools is not None and tools.enabled else None
+        if self.tools is not None and type(method).build is not GRPO.build:
+            # RL^V's verify rows, CURE's critiques and CIPO's corrections are built from single-turn texts; on
+            # multi-turn rows they are untested, so they are refused rather than trained silently.
+            raise ValueError(f"tools.tools={self.tools.tools}: multi-turn rows are trained by GRPO-family methods "
+                             f"(grpo, dr_grpo, rloo, dapo...) only; method {method.name!r} is not supported with tools")
+        self._make_env = None if self.tools is None else self.tools.make_env(prompt_fn)
+        self._tool_metrics: dict = {}
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
         self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
@@ -232,6 +271,14 @@ class Trainer:
                       state=self.state.params, mesh=self.mesh, **kw)
 
     def rollouts(self, examples, key) -> Rollouts:
+        if self.tools is not None:
+            c = self.cfg
+            out = multi_turn_sample(self.model, self.tokenizer, examples, self._make_env, key, config=self.tools,
+                                    max_tokens=c.max_new_tokens, num_samples=c.samples_per_prompt,
+                                    temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
+                                    state=self.state.params, mesh=self.mesh)
+            ro, self._tool_metrics = tool_rollouts(out, examples, reward=self._reward)
+            return ro
         return generate_rollouts(lambda p, **kw: self._sample(p, key, **kw), self.tokenizer, self._prompts(examples),
                                  examples, num_samples=self.cfg.samples_per_prompt, reward=self._reward)
 
@@ -313,7 +360,7 @@ class Trainer:
         step_arr = jnp.asarray(step, jnp.int32)
         self.state = TrainState(replicated_value(step_arr, self.mesh), params, opt_state, key)
         lengths = np.array([len(x) for x in ro.completions])
-        metrics = {**update_metrics, **method_metrics, **extra_metrics,
+        metrics = {**update_metrics, **method_metrics, **extra_metrics, **self._tool_metrics,
                    "reward/mean": float(ro.rewards.mean()), "reward/accuracy": float((ro.rewards > 0.5).mean()),
                    "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
                    "length/clipped_frac": float(np.mean([f == "length" for f in ro.finish])),
@@ -415,7 +462,8 @@ def _select_groups(r: Rollouts, idx) -> Rollouts:
     pick = lambda xs: [xs[i] for i in rows]
     return Rollouts([r.examples[i] for i in idx], [r.prompts[i] for i in idx], pick(r.completions),
                     pick(r.logprobs), pick(r.texts), r.rewards[np.asarray(idx)], pick(r.finish), pick(r.details),
-                    None if r.sampling_logprobs is None else pick(r.sampling_logprobs))
+                    None if r.sampling_logprobs is None else pick(r.sampling_logprobs),
+                    None if r.token_masks is None else pick(r.token_masks))
 
 
 def _concat_rollouts(rs: Sequence[Rollouts]) -> Rollouts:
@@ -423,8 +471,9 @@ def _concat_rollouts(rs: Sequence[Rollouts]) -> Rollouts:
         return rs[0]
     cat = lambda f: [x for r in rs for x in getattr(r, f)]
     sampling = None if any(r.sampling_logprobs is None for r in rs) else cat("sampling_logprobs")
+    masks = None if any(r.token_masks is None for r in rs) else cat("token_masks")
     return Rollouts(cat("examples"), cat("prompts"), cat("completions"), cat("logprobs"), cat("texts"),
-                    np.concatenate([r.rewards for r in rs]), cat("finish"), cat("details"), sampling)
+                    np.concatenate([r.rewards for r in rs]), cat("finish"), cat("details"), sampling, masks)
 
 
 # ---------------------------------------------------------------------------------------------- SFT warm-up
