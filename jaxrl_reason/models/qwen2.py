@@ -191,17 +191,44 @@ def dense(x: jax.Array, w: jax.Array, **dot_kw) -> jax.Array:
 
 
 class Linear(nnx.Module):
-    """y = x @ kernel (+ bias); kernel is [in, out] (HF stores the transpose)."""
+    """y = x @ kernel (+ bias) (+ lora_scale * x @ A @ B); kernel is [in, out] (HF stores the transpose).
+
+    `lora` is None, or an `nnx.LoRA` adapter attached by `models.lora.attach_lora` (its A and B are `nnx.LoRAParam`s,
+    the only parameters a LoRA run trains). The adapter runs unmerged, beside the frozen kernel, so the backward
+    pass never forms a full-size weight gradient."""
 
     def __init__(self, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs, param_dtype, dtype, std=0.02):
         self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out), param_dtype))
         self.bias = nnx.Param(jnp.zeros((d_out,), param_dtype)) if bias else None
         self.dtype = dtype
+        self.lora = None
+        self.lora_scale = 0.0
+
+    def adapter(self, x):
+        """lora_scale * x @ A @ B in the compute dtype (None without an adapter). x is flattened to 2-D first, as
+        in `dense`, for the faster backward."""
+        if self.lora is None:
+            return None
+        lead = x.shape[:-1]
+        y = self.lora(x.reshape(-1, x.shape[-1]).astype(self.dtype))
+        return (self.lora_scale * y).astype(self.dtype).reshape(*lead, y.shape[-1])
+
+    def merged_kernel(self):
+        """kernel + lora_scale * A @ B (the kernel itself without an adapter), in the storage dtype; works on the
+        stacked [layers, in, out] kernels too."""
+        w = self.kernel[...]
+        if self.lora is None:
+            return w
+        a, b = self.lora.lora_a[...], self.lora.lora_b[...]
+        delta = jnp.einsum("...ir,...ro->...io", a.astype(jnp.float32), b.astype(jnp.float32))
+        return (w.astype(jnp.float32) + self.lora_scale * delta).astype(w.dtype)
 
     def __call__(self, x):
         y = dense(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
+        if self.lora is not None:
+            y = y + self.adapter(x)
         return y
 
 
@@ -321,6 +348,11 @@ class Attention(nnx.Module):
         qkv = dense(x.astype(self.dtype), jnp.concatenate([p.kernel[...].astype(self.dtype) for p in projs], axis=1))
         if self.q_proj.bias is not None:
             qkv = qkv + jnp.concatenate([p.bias[...].astype(self.dtype) for p in projs])
+        if any(p.lora is not None for p in projs):  # LoRA: the adapters' outputs, in the fused layout
+            x2 = x.astype(self.dtype)
+            qkv = qkv + jnp.concatenate([p.adapter(x2) if p.lora is not None else
+                                         jnp.zeros((*x.shape[:-1], p.kernel.shape[-1]), self.dtype) for p in projs],
+                                        axis=-1)
         q, k, v = jnp.split(qkv, [self.num_heads * d, (self.num_heads + nkv) * d], axis=-1)
         q, k, v = q.reshape(b, t, self.num_heads, d), k.reshape(b, t, nkv, d), v.reshape(b, t, nkv, d)
         if self.q_norm is not None:
@@ -672,6 +704,11 @@ def decode_layers(model: Qwen2) -> tuple:
     def bias_of(linear, i):
         return None if linear.bias is None else val(linear.bias, i)
 
+    # LoRA adapters are merged into the kernels here, once per decode call (`Linear.merged_kernel`; the stacked
+    # kernels as they are without adapters): a decode step then costs what the base model's does.
+    kern = {name: lin.merged_kernel() for name, lin in (
+        ("q", attn.q_proj), ("k", attn.k_proj), ("v", attn.v_proj), ("o", attn.o_proj), ("gate", mlp.gate_proj),
+        ("up", mlp.up_proj), ("down", mlp.down_proj))}
     out = []
     for i in range(cfg.num_hidden_layers):
         qkv_bias = None
@@ -683,15 +720,15 @@ def decode_layers(model: Qwen2) -> tuple:
         as_dt = lambda a: None if a is None else a.astype(dt)
         out.append(DecodeLayer(
             input_norm=val(model.layers.input_layernorm.weight, i),
-            qkv=fuse_qkv(val(attn.q_proj.kernel, i), val(attn.k_proj.kernel, i), val(attn.v_proj.kernel, i), (h,)),
+            qkv=fuse_qkv(kern["q"][i], kern["k"][i], kern["v"][i], (h,)),
             qkv_bias=qkv_bias,
             q_norm=None if attn.q_norm is None else val(attn.q_norm.weight, i),
             k_norm=None if attn.k_norm is None else val(attn.k_norm.weight, i),
-            o=as_dt(val(attn.o_proj.kernel, i)), o_bias=as_dt(bias_of(attn.o_proj, i)),
+            o=as_dt(kern["o"][i]), o_bias=as_dt(bias_of(attn.o_proj, i)),
             post_norm=val(model.layers.post_attention_layernorm.weight, i),
-            gate_up=jnp.stack([val(mlp.gate_proj.kernel, i), val(mlp.up_proj.kernel, i)], axis=1).astype(dt),
+            gate_up=jnp.stack([kern["gate"][i], kern["up"][i]], axis=1).astype(dt),
             gate_up_bias=gate_up_bias,
-            down=as_dt(val(mlp.down_proj.kernel, i)), down_bias=as_dt(bias_of(mlp.down_proj, i))))
+            down=as_dt(kern["down"][i]), down_bias=as_dt(bias_of(mlp.down_proj, i))))
     return tuple(out)
 
 
