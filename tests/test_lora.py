@@ -2,6 +2,7 @@
 reference is the base with the adapters off (no copy), the sampler runs the adapted policy, a killed run resumes
 bit-exactly, and the typed `lora` section refuses bad input."""
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -208,3 +209,43 @@ def test_sharded_lora_update_equals_one_device(tmp_path):
         assert r["specs"] == r["expected_specs"]
     assert "PartitionSpec(None, 'fsdp', None)" in res["1,4,2"]["specs"]  # the adapters really are split
     assert "PartitionSpec(None, None, 'tp')" in res["1,4,2"]["specs"]
+
+
+def test_peft_loads_the_exported_adapter_onto_the_base_with_the_same_logits(tmp_path):
+    """hf_port.save_pretrained of a LoRA policy: the merged weights load in transformers, and the adapter
+    directory beside them loads in `peft` onto the untouched HF base; both give our adapted policy's logits
+    (float32, |diff| < 1e-4, the tolerance of the plain HF parity test). Adapters on only some projections, so
+    the exported target_modules are read by peft, not assumed."""
+    peft = pytest.importorskip("peft")
+    import transformers
+    from hf_fixtures import save_hf_model, torch_logits
+
+    from jaxrl_reason.models.hf_port import load_pretrained, save_pretrained
+    from jaxrl_reason.models.lora import ADAPTER_DIR
+    from jaxrl_reason.models.qwen2 import positions_from_mask
+
+    base_dir = str(tmp_path / "base")
+    save_hf_model("qwen2", base_dir, seed=1)
+    model = load_pretrained(base_dir)
+    cfg = LoraConfig(rank=RANK, alpha=12.0, targets="q_proj,v_proj,o_proj,up_proj,down_proj")
+    randomise_adapters(attach_lora(model, cfg, seed=2), std=0.2)
+    out = str(tmp_path / "policy")
+    save_pretrained(model, out, adapter_base=base_dir)
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, model.config.vocab_size, (2, 24))
+    mask = np.ones_like(tokens)
+    mask[1, :5] = 0  # left padding
+    ours = np.asarray(model(jnp.asarray(tokens), positions_from_mask(jnp.asarray(mask)), jnp.asarray(mask)))
+    keep = mask[..., None] != 0
+    base = transformers.AutoModelForCausalLM.from_pretrained(base_dir).eval()
+    plain = torch_logits(base, tokens, mask)
+    assert np.abs((plain - ours) * keep).max() > 1e-2  # the adapters matter
+    adapted_hf = peft.PeftModel.from_pretrained(base, os.path.join(out, ADAPTER_DIR)).eval()
+    assert sorted(adapted_hf.peft_config["default"].target_modules) == sorted(cfg.target_names)
+    np.testing.assert_array_less(np.abs((torch_logits(adapted_hf, tokens, mask) - ours) * keep).max(), 1e-4)
+    merged = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    np.testing.assert_array_less(np.abs((torch_logits(merged, tokens, mask) - ours) * keep).max(), 1e-4)
+    # saving a model without adapters over it removes the stale adapter directory
+    save_pretrained(load_pretrained(base_dir), out)
+    assert not os.path.exists(os.path.join(out, ADAPTER_DIR))
