@@ -142,6 +142,10 @@ def test_sampler_runs_the_adapted_policy(tokenizer):
     np.testing.assert_array_equal(got.tokens, want.tokens)
     np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-4)
     assert not np.array_equal(got.tokens, sample(base, prompts, jax.random.PRNGKey(0), **kw).tokens)
+    model.config = dataclasses.replace(model.config, lora_decode="unmerged")  # adapters beside W at every token
+    beside = sample(model, prompts, jax.random.PRNGKey(0), **kw)
+    np.testing.assert_array_equal(beside.tokens, want.tokens)
+    np.testing.assert_allclose(beside.logprobs, want.logprobs, atol=1e-4)
 
 
 def test_kill_and_resume_with_adapters_is_exact(tokenizer, tmp_path):
@@ -207,8 +211,8 @@ def test_sharded_lora_update_equals_one_device(tmp_path):
         np.testing.assert_allclose(r["losses"], res["reference_losses"], rtol=1e-6)
         assert r["param_max_diff"] < 1e-4 and r["base_moved"] == 0.0
         assert r["specs"] == r["expected_specs"]
-    assert "PartitionSpec(None, 'fsdp', None)" in res["1,4,2"]["specs"]  # the adapters really are split
-    assert "PartitionSpec(None, None, 'tp')" in res["1,4,2"]["specs"]
+    assert "P(None, 'fsdp', None)" in res["1,4,2"]["specs"]  # the adapters really are split
+    assert "P(None, None, ('tp', 'fsdp'))" in res["1,4,2"]["specs"]
 
 
 def test_peft_loads_the_exported_adapter_onto_the_base_with_the_same_logits(tmp_path):

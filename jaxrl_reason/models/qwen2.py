@@ -76,6 +76,10 @@ class ModelConfig:
     # param tree only when True, so a model without it is unchanged. Not an HF field: `hf_port.save_pretrained`
     # drops it unless asked to export it as its own file.
     value_head: bool = False
+    # How the sampler's decode loop runs LoRA adapters (models/lora.py): "merged" adds scale * A @ B into the
+    # kernels once per decode call, "unmerged" computes x @ A @ B beside them at every token. Merged measured
+    # faster (docs/results/lora.md). Not a checkpoint field.
+    lora_decode: str = "merged"
 
     def __post_init__(self):
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -91,6 +95,8 @@ class ModelConfig:
         if self.head_dim is not None and self.head_dim % 2:
             raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
         as_dtype(self.param_dtype), as_dtype(self.dtype)
+        if self.lora_decode not in ("merged", "unmerged"):
+            raise ValueError(f"ModelConfig.lora_decode must be 'merged' or 'unmerged', got {self.lora_decode!r}")
         if self.scan_residuals not in ("matmuls", "all"):
             raise ValueError(f"ModelConfig.scan_residuals must be 'matmuls' or 'all', got {self.scan_residuals!r}")
         if self.remat and not self.scan_layers:
@@ -683,6 +689,9 @@ class DecodeLayer(NamedTuple):
     gate_up_bias: Optional[jax.Array]
     down: jax.Array
     down_bias: Optional[jax.Array]
+    # LoRA adapters run beside the weights (ModelConfig.lora_decode="unmerged"): {projection: (A [in, r],
+    # scale * B [r, out])}; None when merged into them or absent.
+    adapters: Optional[dict] = None
 
 
 def decode_layers(model: Qwen2) -> tuple:
@@ -706,9 +715,11 @@ def decode_layers(model: Qwen2) -> tuple:
 
     # LoRA adapters are merged into the kernels here, once per decode call (`Linear.merged_kernel`; the stacked
     # kernels as they are without adapters): a decode step then costs what the base model's does.
-    kern = {name: lin.merged_kernel() for name, lin in (
-        ("q", attn.q_proj), ("k", attn.k_proj), ("v", attn.v_proj), ("o", attn.o_proj), ("gate", mlp.gate_proj),
-        ("up", mlp.up_proj), ("down", mlp.down_proj))}
+    projs = (("q", attn.q_proj), ("k", attn.k_proj), ("v", attn.v_proj), ("o", attn.o_proj),
+             ("gate", mlp.gate_proj), ("up", mlp.up_proj), ("down", mlp.down_proj))
+    merge = cfg.lora_decode == "merged"
+    kern = {name: lin.merged_kernel() if merge else lin.kernel[...] for name, lin in projs}
+    beside = {} if merge else {name: lin for name, lin in projs if lin.lora is not None}
     out = []
     for i in range(cfg.num_hidden_layers):
         qkv_bias = None
@@ -728,7 +739,9 @@ def decode_layers(model: Qwen2) -> tuple:
             post_norm=val(model.layers.post_attention_layernorm.weight, i),
             gate_up=jnp.stack([kern["gate"][i], kern["up"][i]], axis=1).astype(dt),
             gate_up_bias=gate_up_bias,
-            down=as_dt(kern["down"][i]), down_bias=as_dt(bias_of(mlp.down_proj, i))))
+            down=as_dt(kern["down"][i]), down_bias=as_dt(bias_of(mlp.down_proj, i)),
+            adapters={name: (lin.lora.lora_a[...][i].astype(dt), (lin.lora_scale * lin.lora.lora_b[...][i]).astype(dt))
+                      for name, lin in beside.items()} or None))
     return tuple(out)
 
 
@@ -749,9 +762,14 @@ def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, 
     x = model.embed_tokens(tokens)  # [B, H]
     ks, vs = [], []
     for w, k_cache, v_cache in zip(layers, cache.k, cache.v):
-        qkv = jnp.einsum("bh,hkcd->bkcd", rms_norm(x, w.input_norm, eps, dt), w.qkv)
+        xn = rms_norm(x, w.input_norm, eps, dt)
+        qkv = jnp.einsum("bh,hkcd->bkcd", xn, w.qkv)
         if w.qkv_bias is not None:
             qkv = qkv + w.qkv_bias
+        ad = w.adapters or {}
+        if any(p in ad for p in "qkv"):
+            qkv = qkv + jnp.concatenate([_adapter_out(xn, ad, p, n * d).reshape(b, nkv, n // nkv, d)
+                                         for p, n in (("q", nkv * g), ("k", nkv), ("v", nkv))], axis=-2)
         q, k, v = qkv[:, :, :g], qkv[:, :, g], qkv[:, :, g + 1]
         if w.q_norm is not None:
             q, k = rms_norm(q, w.q_norm, eps, dt), rms_norm(k, w.k_norm, eps, dt)
@@ -762,11 +780,27 @@ def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, 
         v_cache = jax.lax.dynamic_update_slice(v_cache, v[:, :, None].astype(v_cache.dtype), (0, 0, cache.index, 0))
         ks.append(k_cache), vs.append(v_cache)
         out = attend(q, k_cache, v_cache, mask, dt).reshape(b, nkv * g * d)
-        out = jnp.dot(out, w.o)
-        x = x + (out if w.o_bias is None else out + w.o_bias)
-        gu = jnp.einsum("bh,hci->bci", rms_norm(x, w.post_norm, eps, dt), w.gate_up)
+        out_o = jnp.dot(out, w.o)
+        if "o" in ad:
+            out_o = out_o + _adapter_out(out, ad, "o", out_o.shape[-1])
+        x = x + (out_o if w.o_bias is None else out_o + w.o_bias)
+        xn = rms_norm(x, w.post_norm, eps, dt)
+        gu = jnp.einsum("bh,hci->bci", xn, w.gate_up)
         if w.gate_up_bias is not None:
             gu = gu + w.gate_up_bias
-        y = jnp.dot(jax.nn.silu(gu[:, 0]) * gu[:, 1], w.down)
+        if "gate" in ad or "up" in ad:
+            gu = gu + jnp.stack([_adapter_out(xn, ad, p, gu.shape[-1]) for p in ("gate", "up")], axis=1)
+        act = jax.nn.silu(gu[:, 0]) * gu[:, 1]
+        y = jnp.dot(act, w.down)
+        if "down" in ad:
+            y = y + _adapter_out(act, ad, "down", y.shape[-1])
         x = x + (y if w.down_bias is None else y + w.down_bias)
     return model.norm(x), KVCache(tuple(ks), tuple(vs), valid, cache.index + 1)
+
+
+def _adapter_out(x, adapters: dict, name: str, width: int):
+    """x [B, in] @ A @ (scale * B) of projection `name`'s unmerged adapter, zeros [B, width] without one."""
+    if name not in adapters:
+        return jnp.zeros((x.shape[0], width), x.dtype)
+    a, b = adapters[name]
+    return jnp.dot(jnp.dot(x, a), b)
