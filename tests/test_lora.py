@@ -253,3 +253,25 @@ def test_peft_loads_the_exported_adapter_onto_the_base_with_the_same_logits(tmp_
     # saving a model without adapters over it removes the stale adapter directory
     save_pretrained(load_pretrained(base_dir), out)
     assert not os.path.exists(os.path.join(out, ADAPTER_DIR))
+
+
+def test_memory_plan_counts_adapters_and_no_reference_copy():
+    """The planner: a full fine-tuning KL run holds a reference copy of the params; a LoRA run holds none, and its
+    optimizer state and gradients are the adapters' (hand count: r x (in + out) per projection and layer)."""
+    from jaxrl_reason.models.qwen2 import ModelConfig
+    from jaxrl_reason.parallel import memory
+
+    cfg = ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2)
+    batch = memory.BatchSettings(train_rows=8, train_length=64)
+    mesh = {"data": 1, "fsdp": 1, "tp": 1}
+    full = memory.plan(cfg, mesh, batch, kl=True)
+    lora = memory.plan(cfg, mesh, batch, kl=True, lora=LoraConfig(rank=RANK))
+    assert full.reference == full.params == 4 * cfg.num_params() and lora.reference == 0
+    h, d, i = 64, 16, 128
+    io = (h + 4 * d) + 2 * (h + 2 * d) + (4 * d + h) + 2 * (h + i) + (i + h)  # q, k, v, o, gate, up, down
+    adapters = 4 * RANK * io * cfg.num_hidden_layers
+    assert lora.params == full.params + adapters
+    assert lora.gradients == 2 * adapters and 2 * adapters <= lora.optimizer_state < 2 * adapters + 64
+    assert lora.peak < full.peak - full.params
+    assert memory.plan(cfg, mesh, batch).reference == 0  # no KL, no reference
