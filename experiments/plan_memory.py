@@ -3,6 +3,7 @@
     python experiments/plan_memory.py --model qwen2.5-math-1.5b --mesh data=1,fsdp=8,tp=1 \
         --train-rows 160 --train-length 1024 --micro-batches 8 --sample-rows 160 --sample-length 1024 \
         --device-memory-gb 80
+    python experiments/plan_memory.py --model qwen2.5-7b-instruct --mesh fsdp=16 --lora-rank 16 --kl ...
     python experiments/plan_memory.py --model /data/Qwen2.5-7B-Instruct --mesh fsdp=-1 --devices 4 ...
 
 --model is a preset name (see --list) or a Hugging Face directory / config.json. Exit status 0 if the plan fits
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jaxrl_reason.models.lora import LoraConfig
 from jaxrl_reason.models.presets import PRESETS, load_model_config
 from jaxrl_reason.parallel.memory import GiB, BatchSettings, parse_mesh, plan
 from jaxrl_reason.parallel.rules import ShardingError
@@ -32,6 +34,9 @@ def main(argv=None) -> int:
     ap.add_argument("--logprob-chunk", type=int, default=None)
     ap.add_argument("--sample-rows", type=int, default=0, help="global rows decoded together")
     ap.add_argument("--sample-length", type=int, default=0, help="prompt + new tokens while sampling")
+    ap.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (0: full fine-tuning)")
+    ap.add_argument("--lora-targets", default=LoraConfig.targets, help="comma-separated adapted projections")
+    ap.add_argument("--kl", action="store_true", help="a KL term reads a reference policy")
     ap.add_argument("--device-memory-gb", type=float, default=None, help="memory of one device, GiB")
     ap.add_argument("--headroom", type=float, default=0.1, help="fraction of device memory kept free")
     args = ap.parse_args(argv)
@@ -48,7 +53,8 @@ def main(argv=None) -> int:
                           args.micro_batches, args.logprob_chunk)
     try:
         mesh = parse_mesh(args.mesh, args.devices)
-        p = plan(cfg, mesh, batch)
+        p = plan(cfg, mesh, batch, lora=LoraConfig(rank=args.lora_rank, alpha=2.0 * max(args.lora_rank, 1),
+                                                   targets=args.lora_targets), kl=args.kl)
     except (ShardingError, ValueError) as e:
         raise SystemExit(f"plan_memory: {e}")
     device_bytes = None if args.device_memory_gb is None else args.device_memory_gb * GiB

@@ -95,7 +95,7 @@ def main():
     pair = [b / a for a, b in zip(results["kv_cache"]["all_seconds"], results["re_prefill"]["all_seconds"])]
     same = results["kv_cache"].pop("completions") == results["re_prefill"].pop("completions")
     print(json.dumps({"args": vars(args), "same_tokens": same, **results}, indent=1))
-    print(f"| mode | model tok/s | s per call | turns/row | model / env tokens |")
+    print("| mode | model tok/s | s per call | turns/row | model / env tokens |")
     for mode, r in results.items():
         print(f"| {mode} | {r['tokens_per_s']:.0f} | {r['seconds']:.2f} | {r['turns_mean']:.2f} | "
               f"{r['model_tokens']} / {r['env_tokens']} |")

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     cfg = load_config(args.config, overrides)
     from jaxrl_reason.experiment.config import read_run_config
 
-    read_run_config(cfg)  # the run's own start-up check: an unknown key fails here, before any planning
+    rc = read_run_config(cfg)  # the run's own start-up check: an unknown key fails here, before any planning
     if cfg.get("parallel") is None:
         raise SystemExit(f"preflight: {args.config} has no `parallel` section to plan for")
     devices = args.devices or int(os.environ.get("PREFLIGHT_DEVICES", 0))
@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     try:
         mesh = dict(zip(AXES, resolve_mesh_shape(cfg.parallel.mesh_shape.to_dict(), devices)))
         batch = batch_settings(cfg, math.prod(mesh[a] for a in BATCH_AXES))
-        p = plan(mcfg, mesh, batch)
+        # A LoRA run's adapters and their optimizer state; a KL term's reference copy (none for LoRA).
+        p = plan(mcfg, mesh, batch, lora=rc.lora, kl=rc.method.loss.beta > 0)
     except (ShardingError, ValueError) as e:
         raise SystemExit(f"preflight: {e}")
     gb = cfg.parallel.get("device_memory_gb", 0) or None

@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     curves = {arm: [curve(os.path.join(out, f"{arm}_seed{s}")) for s in seeds] for arm in arms}
-    print(f"| step | " + " | ".join(f"{arm}: accuracy (mean +- s.e., {len(seeds)} seeds) | {arm}: tokens"
+    print("| step | " + " | ".join(f"{arm}: accuracy (mean +- s.e., {len(seeds)} seeds) | {arm}: tokens"
                                     for arm in arms) + " |")
     print("|---|" + "---|---|" * len(arms))
     for i, row in enumerate(curves["grpo"][0]):

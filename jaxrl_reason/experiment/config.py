@@ -1,7 +1,7 @@
 """The typed run config: one dataclass per section of an `experiments/train.py` config, each knob written once,
 with its default and its meaning. The defaults are the embedded CPU default run (`jaxrl_reason/configs/
 tiny_default.py` only departs from TrainerConfig's RL defaults); the `rl` section is `TrainerConfig` itself and
-the `method` section `methods.MethodConfig`.
+the `method` section `methods.MethodConfig` and the `lora` section `models.lora.LoraConfig`.
 
 `default_config()` is every knob as an ml_collections ConfigDict, so each is reachable as `--config.<section>.<knob>`;
 `read_run_config(cfg)` turns a ConfigDict back into a RunConfig and refuses any key it does not know, naming it and
@@ -17,6 +17,7 @@ import ml_collections
 from jaxrl_reason.knobs import check_known, plain, read_section, section_dict
 from jaxrl_reason.methods import MethodConfig, method_section, read_method_config
 from jaxrl_reason.rollout.multiturn import ToolConfig
+from jaxrl_reason.models.lora import LoraConfig
 from jaxrl_reason.train.trainer import TrainerConfig
 
 
@@ -196,10 +197,11 @@ class RunConfig:
     rl: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # the RL loop; its seed is `seed`
     parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
     tools: ToolConfig = dataclasses.field(default_factory=ToolConfig)  # tool-using multi-turn rollouts (off: none)
+    lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)  # RL trains LoRA adapters (rank > 0), not all weights
 
 
 _SECTIONS = {"model": ModelSection, "tokenizer": TokenizerSection, "data": DataSection, "sft": SftSection,
-             "parallel": ParallelSection, "tools": ToolConfig}
+             "parallel": ParallelSection, "tools": ToolConfig, "lora": LoraConfig}
 
 
 def read_run_config(cfg) -> RunConfig:

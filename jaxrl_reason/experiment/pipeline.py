@@ -142,7 +142,7 @@ def run(cfg) -> dict:
 
     trainer = Trainer(model, tokenizer, method, rl_train, task.reward_fn, rc.rl, workdir,
                       eval_examples=task.heldout, prompt_fn=task.prompt_fn, mesh=mesh,
-                      formats=row_formats(rc.data), tools=rc.tools)
+                      formats=row_formats(rc.data), tools=rc.tools, lora=rc.lora)
     t = time.time()
     trainer.run()
     results["rl_seconds"] = results.get("rl_seconds", 0.0) + time.time() - t
@@ -151,8 +151,11 @@ def run(cfg) -> dict:
     trainer.close()
 
     final = os.path.join(workdir, "final")
+    # A LoRA policy is saved merged, with its PEFT adapter in final/adapter over the model RL started from.
+    adapter_base = os.path.join(workdir, "sft_model") if rc.sft.steps > 0 else rc.model.hf_path
     save_hf(model, final, generation_config={"eos_token_id": list(tokenizer.stop_ids),
-                                             "pad_token_id": tokenizer.pad_id})
+                                             "pad_token_id": tokenizer.pad_id},
+            **({"adapter_base": adapter_base} if rc.lora.enabled else {}))
     results["total_seconds_this_run"] = time.time() - t_start
     plot = os.path.join(workdir, "rl_curve.png")
     if is_main_process():

@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 from flax import nnx
 
+from jaxrl_reason.models import lora
 from jaxrl_reason.models.qwen2 import ModelConfig, Qwen2, as_dtype
 
 # ----------------------------------------------------------------------------------------------------------
@@ -375,7 +376,10 @@ def model_tensors(model: Qwen2, dtype=None) -> Dict[str, np.ndarray]:
     if not cfg.tie_word_embeddings:
         out["lm_head.weight"] = cast(pure["lm_head"]["kernel"]).T
     for path, suffix, transpose in _layer_entries(cfg):
-        stacked = cast(_get_path(pure["layers"], path))
+        if path[-1] == "kernel":  # a LoRA policy's projections are written merged: W + scale * A @ B
+            stacked = cast(getattr(getattr(model.layers, path[0]), path[1]).merged_kernel())
+        else:
+            stacked = cast(_get_path(pure["layers"], path))
         for i in range(cfg.num_hidden_layers):
             out[f"model.layers.{i}.{suffix}"] = stacked[i].T if transpose else stacked[i]
     return out
@@ -390,8 +394,12 @@ CRITIC_DIR = "critic"  # a separate critic's own HF directory inside the policy'
 
 def save_pretrained(model: Qwen2, path: str, *, dtype: Optional[str] = None,
                     max_shard_bytes: int = 4 << 30, generation_config: Optional[dict] = None,
-                    value_head: str = "drop") -> None:
+                    value_head: str = "drop", adapter_base: str = "") -> None:
     """Write `model` as an HF directory (config.json + safetensors, sharded with an index when large).
+
+    A LoRA policy (`models.lora.attach_lora`) is written merged, and its adapters alone beside the weights as a
+    PEFT directory `<path>/adapter` whose `base_model_name_or_path` is `adapter_base` (the base model's directory
+    or hub name); a stale adapter directory is removed when the model has none.
 
     value_head (a model with PPO's critic): "drop" leaves it out -- the directory is the plain causal LM, and a
     stale value_head.npz or critic/ there is removed; "separate" also writes it: a shared head as
@@ -434,6 +442,11 @@ def save_pretrained(model: Qwen2, path: str, *, dtype: Optional[str] = None,
         pure = nnx.to_pure_dict(nnx.state(model.value_head, nnx.Param))
         np.savez(os.path.join(path, VALUE_HEAD_FILE),
                  **{k: np.asarray(jax.device_get(pure[k]), np.float32) for k in ("kernel", "bias")})
+    adapter_dir = os.path.join(path, lora.ADAPTER_DIR)
+    if os.path.exists(os.path.join(adapter_dir, lora.ADAPTER_CONFIG)):
+        shutil.rmtree(adapter_dir)
+    if lora.adapted(model):
+        save_peft_adapter(model, adapter_dir, adapter_base)
     if len(shards) == 1:
         write_safetensors(os.path.join(path, "model.safetensors"), shards[0])
         return
@@ -445,3 +458,13 @@ def save_pretrained(model: Qwen2, path: str, *, dtype: Optional[str] = None,
     total = sum(t.nbytes for t in tensors.values())
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def save_peft_adapter(model: Qwen2, path: str, base_model_name_or_path: str = "") -> None:
+    """Writes a LoRA policy's adapters as a PEFT directory (adapter_config.json, adapter_model.safetensors):
+    `peft.PeftModel.from_pretrained(base, path)` on the HF base model gives the adapted policy's logits."""
+    config = lora.peft_config(model, base_model_name_or_path)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, lora.ADAPTER_CONFIG), "w") as f:
+        json.dump(config, f, indent=2)
+    write_safetensors(os.path.join(path, lora.ADAPTER_WEIGHTS), lora.peft_tensors(model))

@@ -93,6 +93,10 @@ class ModelConfig:
     # param tree only when True, so a model without it is unchanged. Not an HF field: `hf_port.save_pretrained`
     # drops it unless asked to export it as its own file.
     value_head: bool = False
+    # How the sampler's decode loop runs LoRA adapters (models/lora.py): "merged" adds scale * A @ B into the
+    # kernels once per decode call, "unmerged" computes x @ A @ B beside them at every token. Merged measured
+    # faster (docs/results/lora.md). Not a checkpoint field.
+    lora_decode: str = "merged"
 
     def __post_init__(self):
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -108,6 +112,8 @@ class ModelConfig:
         if self.head_dim is not None and self.head_dim % 2:
             raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
         as_dtype(self.param_dtype), as_dtype(self.dtype)
+        if self.lora_decode not in ("merged", "unmerged"):
+            raise ValueError(f"ModelConfig.lora_decode must be 'merged' or 'unmerged', got {self.lora_decode!r}")
         if self.scan_residuals not in ("matmuls", "all"):
             raise ValueError(f"ModelConfig.scan_residuals must be 'matmuls' or 'all', got {self.scan_residuals!r}")
         if self.remat and not self.scan_layers:
@@ -208,17 +214,51 @@ def dense(x: jax.Array, w: jax.Array, **dot_kw) -> jax.Array:
 
 
 class Linear(nnx.Module):
-    """y = x @ kernel (+ bias); kernel is [in, out] (HF stores the transpose)."""
+    """y = x @ kernel (+ bias) (+ lora_scale * x @ A @ B); kernel is [in, out] (HF stores the transpose).
+
+    `lora` is None, or an `nnx.LoRA` adapter attached by `models.lora.attach_lora` (its A and B are `nnx.LoRAParam`s,
+    the only parameters a LoRA run trains). The adapter runs unmerged, beside the frozen kernel, so the backward
+    pass never forms a full-size weight gradient."""
 
     def __init__(self, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs, param_dtype, dtype, std=0.02):
         self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out), param_dtype))
         self.bias = nnx.Param(jnp.zeros((d_out,), param_dtype)) if bias else None
         self.dtype = dtype
+        self.lora = None
+        self.lora_scale = 0.0
+
+    def adapter(self, x):
+        """lora_scale * x @ A @ B in the compute dtype (None without an adapter), from the `nnx.LoRA`'s A and B.
+
+        x @ A is a plain 2-D matmul, as in `dense`; (x @ A) @ B carries a unit batch dimension, which the scanned
+        layers' "matmuls" residual policy (it saves the outputs of dots without batch dims) does not save: the
+        rank-sized x @ A is kept and the out-sized product recomputed from it in the backward pass. Saved, it
+        doubled every adapted projection's residuals (the CPU default's update: 127 -> 202 MB of temporaries)."""
+        if self.lora is None:
+            return None
+        lead = x.shape[:-1]
+        a = self.lora.lora_a[...].astype(self.dtype)
+        b = (self.lora_scale * self.lora.lora_b[...]).astype(self.dtype)
+        h = dense(x.astype(self.dtype), a)
+        y = jax.lax.dot_general(h.reshape(1, -1, h.shape[-1]), b[None], (((2,), (1,)), ((0,), (0,))))
+        return y.reshape(*lead, b.shape[-1])
+
+    def merged_kernel(self):
+        """kernel + lora_scale * A @ B (the kernel itself without an adapter), in the storage dtype; works on the
+        stacked [layers, in, out] kernels too."""
+        w = self.kernel[...]
+        if self.lora is None:
+            return w
+        a, b = self.lora.lora_a[...], self.lora.lora_b[...]
+        delta = jnp.einsum("...ir,...ro->...io", a.astype(jnp.float32), b.astype(jnp.float32))
+        return (w.astype(jnp.float32) + self.lora_scale * delta).astype(w.dtype)
 
     def __call__(self, x):
         y = dense(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
+        if self.lora is not None:
+            y = y + self.adapter(x)
         return y
 
 
@@ -338,6 +378,11 @@ class Attention(nnx.Module):
         qkv = dense(x.astype(self.dtype), jnp.concatenate([p.kernel[...].astype(self.dtype) for p in projs], axis=1))
         if self.q_proj.bias is not None:
             qkv = qkv + jnp.concatenate([p.bias[...].astype(self.dtype) for p in projs])
+        if any(p.lora is not None for p in projs):  # LoRA: the adapters' outputs, in the fused layout
+            x2 = x.astype(self.dtype)
+            qkv = qkv + jnp.concatenate([p.adapter(x2) if p.lora is not None else
+                                         jnp.zeros((*x.shape[:-1], p.kernel.shape[-1]), self.dtype) for p in projs],
+                                        axis=-1)
         q, k, v = jnp.split(qkv, [self.num_heads * d, (self.num_heads + nkv) * d], axis=-1)
         q, k, v = q.reshape(b, t, self.num_heads, d), k.reshape(b, t, nkv, d), v.reshape(b, t, nkv, d)
         if self.q_norm is not None:
@@ -668,6 +713,9 @@ class DecodeLayer(NamedTuple):
     gate_up_bias: Optional[jax.Array]
     down: jax.Array
     down_bias: Optional[jax.Array]
+    # LoRA adapters run beside the weights (ModelConfig.lora_decode="unmerged"): {projection: (A [in, r],
+    # scale * B [r, out])}; None when merged into them or absent.
+    adapters: Optional[dict] = None
 
 
 def decode_layers(model: Qwen2) -> tuple:
@@ -689,6 +737,13 @@ def decode_layers(model: Qwen2) -> tuple:
     def bias_of(linear, i):
         return None if linear.bias is None else val(linear.bias, i)
 
+    # LoRA adapters are merged into the kernels here, once per decode call (`Linear.merged_kernel`; the stacked
+    # kernels as they are without adapters): a decode step then costs what the base model's does.
+    projs = (("q", attn.q_proj), ("k", attn.k_proj), ("v", attn.v_proj), ("o", attn.o_proj),
+             ("gate", mlp.gate_proj), ("up", mlp.up_proj), ("down", mlp.down_proj))
+    merge = cfg.lora_decode == "merged"
+    kern = {name: lin.merged_kernel() if merge else lin.kernel[...] for name, lin in projs}
+    beside = {} if merge else {name: lin for name, lin in projs if lin.lora is not None}
     out = []
     for i in range(cfg.num_hidden_layers):
         qkv_bias = None
@@ -700,15 +755,17 @@ def decode_layers(model: Qwen2) -> tuple:
         as_dt = lambda a: None if a is None else a.astype(dt)
         out.append(DecodeLayer(
             input_norm=val(model.layers.input_layernorm.weight, i),
-            qkv=fuse_qkv(val(attn.q_proj.kernel, i), val(attn.k_proj.kernel, i), val(attn.v_proj.kernel, i), (h,)),
+            qkv=fuse_qkv(kern["q"][i], kern["k"][i], kern["v"][i], (h,)),
             qkv_bias=qkv_bias,
             q_norm=None if attn.q_norm is None else val(attn.q_norm.weight, i),
             k_norm=None if attn.k_norm is None else val(attn.k_norm.weight, i),
-            o=as_dt(val(attn.o_proj.kernel, i)), o_bias=as_dt(bias_of(attn.o_proj, i)),
+            o=as_dt(kern["o"][i]), o_bias=as_dt(bias_of(attn.o_proj, i)),
             post_norm=val(model.layers.post_attention_layernorm.weight, i),
-            gate_up=jnp.stack([val(mlp.gate_proj.kernel, i), val(mlp.up_proj.kernel, i)], axis=1).astype(dt),
+            gate_up=jnp.stack([kern["gate"][i], kern["up"][i]], axis=1).astype(dt),
             gate_up_bias=gate_up_bias,
-            down=as_dt(val(mlp.down_proj.kernel, i)), down_bias=as_dt(bias_of(mlp.down_proj, i))))
+            down=as_dt(kern["down"][i]), down_bias=as_dt(bias_of(mlp.down_proj, i)),
+            adapters={name: (lin.lora.lora_a[...][i].astype(dt), (lin.lora_scale * lin.lora.lora_b[...][i]).astype(dt))
+                      for name, lin in beside.items()} or None))
     return tuple(out)
 
 
@@ -729,9 +786,14 @@ def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, 
     x = model.embed_tokens(tokens)  # [B, H]
     ks, vs = [], []
     for w, k_cache, v_cache in zip(layers, cache.k, cache.v):
-        qkv = jnp.einsum("bh,hkcd->bkcd", rms_norm(x, w.input_norm, eps, dt), w.qkv)
+        xn = rms_norm(x, w.input_norm, eps, dt)
+        qkv = jnp.einsum("bh,hkcd->bkcd", xn, w.qkv)
         if w.qkv_bias is not None:
             qkv = qkv + w.qkv_bias
+        ad = w.adapters or {}
+        if any(p in ad for p in "qkv"):
+            qkv = qkv + jnp.concatenate([_adapter_out(xn, ad, p, n * d).reshape(b, nkv, n // nkv, d)
+                                         for p, n in (("q", nkv * g), ("k", nkv), ("v", nkv))], axis=-2)
         q, k, v = qkv[:, :, :g], qkv[:, :, g], qkv[:, :, g + 1]
         if w.q_norm is not None:
             q, k = rms_norm(q, w.q_norm, eps, dt), rms_norm(k, w.k_norm, eps, dt)
@@ -742,11 +804,27 @@ def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, 
         v_cache = jax.lax.dynamic_update_slice(v_cache, v[:, :, None].astype(v_cache.dtype), (0, 0, cache.index, 0))
         ks.append(k_cache), vs.append(v_cache)
         out = attend(q, k_cache, v_cache, mask, dt).reshape(b, nkv * g * d)
-        out = jnp.dot(out, w.o)
-        x = x + (out if w.o_bias is None else out + w.o_bias)
-        gu = jnp.einsum("bh,hci->bci", rms_norm(x, w.post_norm, eps, dt), w.gate_up)
+        out_o = jnp.dot(out, w.o)
+        if "o" in ad:
+            out_o = out_o + _adapter_out(out, ad, "o", out_o.shape[-1])
+        x = x + (out_o if w.o_bias is None else out_o + w.o_bias)
+        xn = rms_norm(x, w.post_norm, eps, dt)
+        gu = jnp.einsum("bh,hci->bci", xn, w.gate_up)
         if w.gate_up_bias is not None:
             gu = gu + w.gate_up_bias
-        y = jnp.dot(jax.nn.silu(gu[:, 0]) * gu[:, 1], w.down)
+        if "gate" in ad or "up" in ad:
+            gu = gu + jnp.stack([_adapter_out(xn, ad, p, gu.shape[-1]) for p in ("gate", "up")], axis=1)
+        act = jax.nn.silu(gu[:, 0]) * gu[:, 1]
+        y = jnp.dot(act, w.down)
+        if "down" in ad:
+            y = y + _adapter_out(act, ad, "down", y.shape[-1])
         x = x + (y if w.down_bias is None else y + w.down_bias)
     return model.norm(x), KVCache(tuple(ks), tuple(vs), valid, cache.index + 1)
+
+
+def _adapter_out(x, adapters: dict, name: str, width: int):
+    """x [B, in] @ A @ (scale * B) of projection `name`'s unmerged adapter, zeros [B, width] without one."""
+    if name not in adapters:
+        return jnp.zeros((x.shape[0], width), x.dtype)
+    a, b = adapters[name]
+    return jnp.dot(jnp.dot(x, a), b)

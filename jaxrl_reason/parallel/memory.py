@@ -6,7 +6,9 @@ saved activations of the backward pass, the KV cache of the sampler). The compil
 `memory_analysis()` is the ground truth once a device is at hand; this answers "will it fit?" beforehand.
 
 RL alternates sampling and training, so the peak is
-    params + optimizer state + max(gradients + activations,  KV cache + sampling logits).
+    params + reference + optimizer state + max(gradients + activations,  KV cache + sampling logits).
+The reference is the frozen copy a KL run keeps of the policy; a LoRA policy (`lora`) reads its own frozen base
+instead (no copy), and its optimizer state and gradients are the adapters' only.
 """
 from __future__ import annotations
 
@@ -45,18 +47,20 @@ class MemoryPlan(NamedTuple):
     activations: int
     kv_cache: int
     sampling_logits: int
+    reference: int = 0  # the KL reference's frozen copy of the params (0 without KL, or for a LoRA policy)
 
     @property
     def peak(self) -> int:
-        return self.params + self.optimizer_state + max(self.gradients + self.activations,
-                                                        self.kv_cache + self.sampling_logits)
+        return self.params + self.reference + self.optimizer_state + max(self.gradients + self.activations,
+                                                                         self.kv_cache + self.sampling_logits)
 
     def fits(self, device_bytes: float, headroom: float = 0.1) -> bool:
         """True if the peak leaves `headroom` (fraction) of the device free for XLA's scratch and fragmentation."""
         return self.peak <= device_bytes * (1.0 - headroom)
 
     def table(self, device_bytes: Optional[float] = None, headroom: float = 0.1) -> str:
-        rows = [("params", self.params), ("optimizer state", self.optimizer_state), ("gradients", self.gradients),
+        rows = [("params", self.params), ("KL reference", self.reference), ("optimizer state", self.optimizer_state),
+                ("gradients", self.gradients),
                 ("activations (train)", self.activations), ("KV cache (sampling)", self.kv_cache),
                 ("logits (sampling)", self.sampling_logits), ("peak", self.peak)]
         mesh = ", ".join(f"{k}={v}" for k, v in self.mesh.items())
@@ -97,8 +101,12 @@ def _shard_bytes(abstract_tree, sizes: dict, rules: Rules) -> int:
 
 
 def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, optimizer="adamw",
-         rules: Rules = DEFAULT_RULES) -> MemoryPlan:
+         rules: Rules = DEFAULT_RULES, lora=None, kl: bool = False) -> MemoryPlan:
     """Per-device bytes for `cfg` (a ModelConfig) on `mesh` (a Mesh, or axis sizes) with `batch` settings.
+
+    lora: a `models.lora.LoraConfig` (None or rank 0: full fine-tuning): the params include the adapters, the
+    optimizer state and gradients cover the adapters only, and each adapted projection saves its rank-sized
+    x @ A for the backward pass. kl: a KL term reads a reference policy (a frozen copy of the params without LoRA).
 
     optimizer: an optax GradientTransformation, or "adamw" for the trainer's (global-norm clipping, then AdamW:
     two param-shaped moments and the step counts of Adam and of its schedule).
@@ -113,11 +121,19 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     check_model_on_mesh(cfg, _Sizes(sizes))
     if optimizer == "adamw":
         optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(optax.constant_schedule(1e-6)))
-    abstract = nnx.state(nnx.eval_shape(lambda: init_model(cfg, 0)))
+    from jaxrl_reason.models.lora import TRAINABLE, attach_lora
+
+    use_lora = lora is not None and lora.enabled
+    abstract = nnx.state(nnx.eval_shape(lambda: attach_lora(init_model(cfg, 0), lora) if use_lora else
+                                        init_model(cfg, 0)))
+    trained = nnx.split_state(abstract, TRAINABLE, ...)[0] if use_lora else abstract
     params = _shard_bytes(abstract, sizes, rules)
-    opt = _shard_bytes(jax.eval_shape(optimizer.init, abstract), sizes, rules)
-    # The update keeps a gradient accumulator and the current micro-batch's gradients (both param-shaped).
-    grads = 2 * params
+    trained_bytes = _shard_bytes(trained, sizes, rules)
+    opt = _shard_bytes(jax.eval_shape(optimizer.init, trained), sizes, rules)
+    # The update keeps a gradient accumulator and the current micro-batch's gradients (both shaped like what
+    # it trains).
+    grads = 2 * trained_bytes
+    reference = params if kl and not use_lora else 0
 
     shards = math.prod(sizes[a] for a in BATCH_AXES)
     tp = sizes["tp"]
@@ -147,6 +163,8 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
         per_token = layers * act_b * (3 * h + (nq + 2 * nkv) * d // tp + 2 * i // tp) + full_layer
     else:
         per_token = layers * full_layer
+    if use_lora:  # each adapted projection's x @ A, kept for the backward pass of B
+        per_token += layers * act_b * lora.rank * len(lora.target_names)
     chunk = min(batch.logprob_chunk or t, t)
     # float32 logits, log-softmax and its gradient for one chunk of rows x time (vocab split over tp).
     logits = 3 * 4 * rows * chunk * v // tp
@@ -155,7 +173,7 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     s_rows = batch.sample_rows // shards if batch.sample_rows else 0
     kv = 2 * layers * s_rows * (nkv // tp) * d * batch.sample_length * act_b + s_rows * batch.sample_length
     sampling_logits = 2 * 4 * s_rows * v // tp  # next-token logits and their log-softmax, float32
-    return MemoryPlan(sizes, params, opt, grads, activations, kv, sampling_logits)
+    return MemoryPlan(sizes, params, opt, grads, activations, kv, sampling_logits, reference)
 
 
 def parse_mesh(text: str, num_devices: Optional[int] = None) -> dict:

@@ -14,6 +14,10 @@ that is never split.
     layers/mlp/{gate,up}_proj/kernel       [L, H, I]      (-, fsdp, tp)
     layers/mlp/down_proj/kernel            [L, I, H]      (-, tp, fsdp)
     norms, o_proj/down_proj biases         small          replicated
+    .../{q,k,v,gate,up}_proj/lora/lora_a   [L, H, r]      (-, fsdp, -)         LoRA A, the rank whole
+    .../{q,k,v,gate,up}_proj/lora/lora_b   [L, r, out]    (-, -, (tp, fsdp))   LoRA B
+    .../{o,down}_proj/lora/lora_a          [L, in, r]     (-, (tp, fsdp), -)
+    .../{o,down}_proj/lora/lora_b          [L, r, H]      (-, -, fsdp)
 
 Batches are split by rows over data x fsdp. A dimension that does not divide its mesh axes is an error that
 names the tensor: silent replication would quietly multiply memory.
@@ -43,6 +47,17 @@ DEFAULT_RULES: Rules = (
     # Everything small: norms (also q/k-norms), output biases.
     (r"\w*norm/weight", ()),
     (r"(o_proj|down_proj)/bias", ()),
+    # LoRA adapters (models/lora.py), the rank never split: A [L, in, r] and B [L, r, out] split like their kernel's
+    # input and output dims, and the one of the two whose kernel dim is tp-split also over fsdp, so that no adapter
+    # is whole on every fsdp shard (B of q/k/v/gate/up is as large as a row of its kernel).
+    (r"layers/self_attn/(q|k|v)_proj/lora/lora_a", (None, "fsdp", None)),
+    (r"layers/self_attn/(q|k|v)_proj/lora/lora_b", (None, None, ("tp", "fsdp"))),
+    (r"layers/self_attn/o_proj/lora/lora_a", (None, ("tp", "fsdp"), None)),
+    (r"layers/self_attn/o_proj/lora/lora_b", (None, None, "fsdp")),
+    (r"layers/mlp/(gate|up)_proj/lora/lora_a", (None, "fsdp", None)),
+    (r"layers/mlp/(gate|up)_proj/lora/lora_b", (None, None, ("tp", "fsdp"))),
+    (r"layers/mlp/down_proj/lora/lora_a", (None, ("tp", "fsdp"), None)),
+    (r"layers/mlp/down_proj/lora/lora_b", (None, None, "fsdp")),
 )
 
 BATCH = BATCH_AXES

@@ -27,6 +27,7 @@ from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts, tool_rollouts
 from jaxrl_reason.methods.grpo import GRPO
 from jaxrl_reason.rollout.multiturn import ToolConfig, multi_turn_sample
+from jaxrl_reason.models import lora as lora_lib
 from jaxrl_reason.models.qwen2 import attach_critic, attach_value_head
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
@@ -176,7 +177,7 @@ class Trainer:
                  config: TrainerConfig, workdir: str, *, eval_examples: Optional[Sequence[Any]] = None,
                  prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
                  rules: prules.Rules = prules.DEFAULT_RULES, formats: RowFormats = RowFormats(),
-                 tools: Optional[ToolConfig] = None):
+                 tools: Optional[ToolConfig] = None, lora: lora_lib.LoraConfig = lora_lib.LoraConfig()):
         """reward_fn(texts, examples) -> RewardResult. The model's own params are the initial policy.
         prompt_fn: question -> user message (solve_prompt for math, code_solve_prompt for code).
         formats: how the data writes verify rows, critiques and corrections (methods read `Context.formats`;
@@ -184,7 +185,10 @@ class Trainer:
         mesh: a `parallel.make_mesh` mesh to train on (None: the one-device mesh); `rules` lay out the params
         and optimizer state on it. A model already loaded into those shardings is used without a copy.
         tools: with tools named, rollouts are multi-turn conversations with them (`rollout.multiturn`), within a
-        total budget of `config.max_new_tokens` tokens after the prompt; environment tokens are never trained."""
+        total budget of `config.max_new_tokens` tokens after the prompt; environment tokens are never trained.
+        lora: adapters attached to the model in place (`models.lora.attach_lora`, seeded by `config.seed`); with
+        them (or on a model that already has adapters) only the adapters train, and a KL term's reference is the
+        base with the adapters off, read from the policy's own frozen weights (no copy)."""
         self.prompt_fn, self.formats = prompt_fn, formats
         self.tools = tools if tools is not None and tools.enabled else None
         if self.tools is not None and type(method).build is not GRPO.build:
@@ -210,6 +214,8 @@ class Trainer:
         elif critic is not None:
             raise ValueError(f"method {method.name!r} asks for critic={critic!r}; the trainer builds 'head' or "
                              "'separate'")
+        lora_lib.attach_lora(model, lora, seed=config.seed)
+        self.lora = bool(lora_lib.adapted(model))
         self.graphdef = nnx.graphdef(model)
         self.terms = method.terms()
         if config.dynamic_sampling and method.uses_zero_signal_groups:
@@ -224,9 +230,13 @@ class Trainer:
         ref_temps = scoring_temperatures(self.terms, self._scoring_temperature())
         tr = start_training(model, self.optimizer, self.terms, mesh, rules=rules, micro_batches=config.micro_batches,
                             logprob_chunk=config.logprob_chunk, temperature=self._scoring_temperature(),
-                            matmuls=config.update_matmuls)
+                            matmuls=config.update_matmuls, trainable=lora_lib.TRAINABLE if self.lora else None)
         self.mesh, self.update = tr.mesh, tr.update
-        self.ref_params = jax.tree.map(jnp.copy, tr.params) if needs_reference(self.terms) else None
+        self._needs_reference = needs_reference(self.terms)
+        # The KL reference: a frozen copy of the initial policy, or, for a LoRA policy, its base with the adapters
+        # off (`reference_params`), which needs no copy: the base weights never change.
+        self.ref_params = (jax.tree.map(jnp.copy, tr.params) if self._needs_reference and not self.lora else None)
+        ref_graphdef = lora_lib.base_graphdef(model) if self.lora else self.graphdef
         self._value_tasks = list(value_task_ids(self.terms))  # rows of PPO's value term (no LM head in the update)
         self.state = init_state(tr.params, tr.opt_state, config.seed, self.mesh)
         # Rows per update: whole micro-batches, each split evenly over the mesh's batch shards.
@@ -234,7 +244,7 @@ class Trainer:
         self._row_multiple = config.micro_batches * self._row_groups
         # Pinned to the batch layout so the update's row-split input sharding matches without a reshard; the LM
         # head runs where the KL term reads it, each row group gathering its own positions as the update does.
-        self._ref_logprobs = reference_scorer(self.graphdef, self.mesh, chunk_size=config.logprob_chunk,
+        self._ref_logprobs = reference_scorer(ref_graphdef, self.mesh, chunk_size=config.logprob_chunk,
                                               temperature=ref_temps)
         self.data = DataIterator(list(train_examples), config.prompts_per_step, seed=config.seed)
         self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
@@ -387,11 +397,15 @@ class Trainer:
             scored = scored_size(rows._replace(loss_mask=np.asarray(rows.loss_mask) * policy), c.micro_batches,
                                  self._row_groups)
         batch = prules.shard_batch(batch, self.mesh)
-        if self.ref_params is not None:  # the reference forward shares the prompts too
-            ref = self._ref_logprobs(self.ref_params, batch, ref_scored)
+        if self._needs_reference:  # the reference forward shares the prompts too
+            ref = self._ref_logprobs(self.reference_params(), batch, ref_scored)
             batch = (batch._replace(rows=batch.rows._replace(ref_logprobs=ref))
                      if isinstance(batch, SharedPrefixBatch) else batch._replace(ref_logprobs=ref))
         return batch, scored
+
+    def reference_params(self):
+        """The KL reference's params: the frozen copy, or a LoRA policy's own base weights (the same arrays)."""
+        return lora_lib.base_state(self.state.params) if self.lora else self.ref_params
 
     def save(self):
         self.ckpt.save(self.state, {"data": self.data.state(), "method": self.method.state_dict()})

@@ -35,6 +35,18 @@ class UpdateOutput(NamedTuple):
 VALUE_HEAD_RULES: Rules = ((r"value_head/(kernel|bias)", ()),)
 
 
+def split_trainable(params, trainable=None):
+    """(the leaves an update trains, the frozen rest) of `params`; trainable None: all of them, nothing frozen.
+    trainable is an nnx filter (a LoRA run's `models.lora.TRAINABLE`)."""
+    if trainable is None:
+        return params, None
+    return nnx.split_state(params, trainable, ...)
+
+
+def join_trainable(train, frozen):
+    return train if frozen is None else nnx.merge_state(train, frozen)
+
+
 def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups, temperatures, value_tasks=None):
     """value_tasks: None when no term reads values (the plain scoring path, unchanged), else the static ids of
     the value rows (`rl.losses.value_task_ids`)."""
@@ -74,7 +86,7 @@ def training_compiler_options(matmuls: str = "auto", devices: int = 1) -> dict:
 
 def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[TermSpec, ...], *,
                 micro_batches: int = 1, logprob_chunk: Optional[int] = None, row_groups: int = 1,
-                matmuls: str = "auto", temperature: float = 1.0) -> Callable:
+                matmuls: str = "auto", temperature: float = 1.0, trainable=None) -> Callable:
     """Returns jitted `update(params, opt_state, batch, scored=None) -> UpdateOutput`. `batch` rows must divide
     into `micro_batches` (see `rl.batch.pad_rows_to`). params and opt_state are donated.
 
@@ -86,7 +98,10 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
     temperature: the rollouts' sampling temperature. Rows of sampled-data terms (PPO clip, KL) are scored under
     the tempered policy log-softmax(logits / T), the one the sampler reports as pi_old, so the first epoch's
     ratio is 1 and the gradient is that of the policy that generated the data; supervised rows at T = 1
-    (`rl.losses.scoring_temperatures`)."""
+    (`rl.losses.scoring_temperatures`).
+    trainable: an nnx filter of the params the update trains (`split_trainable`; a LoRA run's adapters): only
+    they are differentiated and hold optimizer state (`opt_state` is the optimizer's state of that part), the
+    rest pass through unchanged. None trains all."""
     temperatures = scoring_temperatures(terms, temperature)
     value_tasks = value_task_ids(terms) if needs_values(terms) else None
 
@@ -99,10 +114,12 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
             counts, stacked = batch_counts(batch.rows), stack_shared_micro_batches(batch, micro_batches)
         else:
             counts, stacked = batch_counts(batch), stack_micro_batches(batch, micro_batches, row_groups)
-        grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
+        all_params = params
+        params, frozen = split_trainable(all_params, trainable)
+        grad_fn = jax.value_and_grad(lambda p, *a: _loss_fn(join_trainable(p, frozen), *a), has_aux=True)
         first = jax.tree.map(lambda x: x[0], stacked)
         _, metric_shapes = jax.eval_shape(
-            lambda: _loss_fn(params, graphdef, first, counts, terms, logprob_chunk, scored, row_groups,
+            lambda: _loss_fn(all_params, graphdef, first, counts, terms, logprob_chunk, scored, row_groups,
                              temperatures, value_tasks))
         zeros = (jax.tree.map(jnp.zeros_like, params),
                  jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
@@ -134,7 +151,8 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         metrics["grad_norm"] = optax.global_norm(grads)
         metrics["update_norm"] = optax.global_norm(updates)
         metrics.update(counts_metrics(counts))
-        return UpdateOutput(keep(new_params, params), keep(new_opt, opt_state), metrics, flags)
+        return UpdateOutput(join_trainable(keep(new_params, params), frozen), keep(new_opt, opt_state), metrics,
+                            flags)
 
     return update
 
@@ -196,16 +214,17 @@ class Training(NamedTuple):
 
 
 def start_training(model, optimizer, terms, mesh: Optional[Mesh] = None, *, params=None,
-                   rules: Rules = DEFAULT_RULES, **update_kw) -> Training:
+                   rules: Rules = DEFAULT_RULES, trainable=None, **update_kw) -> Training:
     """The one set-up of every training loop (RL trainer, SFT, verification warm-up): the model's params (or
     `params`, an nnx.State of its structure) laid out by `rules` on `mesh` (None: the one-device mesh; a leaf
     already in place is not copied), the optimizer state initialised in its shardings, and the update compiled for
-    that mesh. update_kw: `make_update`'s."""
+    that mesh. trainable: `make_update`'s (the optimizer state covers that part only). update_kw: `make_update`'s."""
     mesh = resolve_mesh(mesh)
     rules = tuple(rules) + VALUE_HEAD_RULES
     graphdef, own = nnx.split(model)
     params = own if params is None else params
     params = as_sharded(params, param_shardings(model, mesh, rules))
-    opt_state = init_opt_state(optimizer, params, mesh, rules)
-    update, *_ = make_sharded_update(graphdef, optimizer, terms, mesh, params, opt_state, rules=rules, **update_kw)
+    opt_state = init_opt_state(optimizer, split_trainable(params, trainable)[0], mesh, rules)
+    update, *_ = make_sharded_update(graphdef, optimizer, terms, mesh, params, opt_state, rules=rules,
+                                     trainable=trainable, **update_kw)
     return Training(update, graphdef, params, opt_state, mesh)
