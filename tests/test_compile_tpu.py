@@ -61,6 +61,13 @@ def test_update_and_decode_compile_for_v5e_with_the_compilers_memory_report(repo
     assert m["opt_state_bytes"] >= 2 * m["params_bytes"]
     assert report["step"]["fits"] and report["step"]["peak_bytes"] == max(r["peak_bytes"] for r in rows.values())
     assert 0 < report["step"]["mfu_bound"] <= 1
+    # The planner beside the compiler. The sharded parameter and optimizer bytes are shapes both sides know; the
+    # TPU's tiled layouts pad the tiny model's small arrays, so the compiler's count is at least the planner's.
+    planner = {r["component"]: r for r in report["planner"]}
+    assert set(planner) == {"params + optimizer state", "gradients + activations", "KV cache",
+                            "sampling temporaries", "peak"}
+    assert 0.5 < planner["params + optimizer state"]["ratio"] <= 1
+    assert all(r["planner"] > 0 for r in planner.values()) and planner["KV cache"]["compiler"] > 0
 
 
 @needs_libtpu

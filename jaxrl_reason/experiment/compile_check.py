@@ -399,7 +399,7 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
                                      calls=0)  # not part of a training step; its fit still counts
     info = dict(method=method.name, terms=[t.name for t in terms], shapes=dataclasses.asdict(shapes), scored=scored,
                 params_bytes=p_bytes, opt_state_bytes=o_bytes, reference_params_bytes=ref_bytes,
-                num_params=cfg.num_params())
+                batch_bytes=_per_device_bytes(batch), num_params=cfg.num_params())
     return exes, info
 
 
@@ -464,6 +464,7 @@ def run_check(rc, topology: str, *, hbm_gb: Optional[float] = None, only: Option
         raise CompileCheckError(f"device kind {devices[0].device_kind!r} has no HBM size in the table; pass --hbm-gb")
     hbm = hbm_gib * GiB
     exes, info = step_executables(rc, cfg, mesh)
+    info["planner_mesh"] = {a: int(v) for a, v in mesh.shape.items()}
     if only:
         exes = [e for e in exes if e.name in only or e.name.split()[-1] in only]
     n = mesh.size
@@ -484,7 +485,7 @@ def run_check(rc, topology: str, *, hbm_gb: Optional[float] = None, only: Option
         1 for r in rows if r["calls"]) else None
     step_flops = sum(r["analytic_flops"] * r["calls"] for r in rows if r["calls"])
     mfu = step_flops / (step_s * n * chip.tflops * 1e12) if step_s else None
-    return dict(
+    res = dict(
         meta=dict(config=config_name, topology=topology, devices=len(devices), mesh=dict(mesh.shape),
                   device_kind=devices[0].device_kind, chip=chip._asdict() if chip else None, hbm_gib=hbm_gib,
                   model=source, model_params=cfg.num_params(), param_dtype=cfg.param_dtype, dtype=cfg.dtype,
@@ -494,6 +495,51 @@ def run_check(rc, topology: str, *, hbm_gb: Optional[float] = None, only: Option
         step=dict(peak_bytes=max((r["peak_bytes"] for r in done), default=None), fits=fits,
                   roofline_s=step_s, model_flops=step_flops, mfu_bound=mfu,
                   compile_s=sum(r["compile_s"] for r in rows)))
+    res["planner"] = planner_vs_compiler(rc, cfg, info["planner_mesh"], res)
+    return res
+
+
+def planner_vs_compiler(rc, cfg, mesh_sizes: dict, res: dict) -> list[dict]:
+    """`parallel.memory.plan` for the same model, mesh and batch beside the compiler's bytes, component by
+    component (per device): params + optimizer state (the update's arguments less its batch), gradients +
+    activations (the update's temporaries), the KV cache (the rollout decode's arguments less the params) and the
+    sampler's temporaries, and the peak. Components whose executable was not compiled are left out."""
+    from jaxrl_reason.parallel.memory import BatchSettings, plan
+
+    m = res["meta"]
+    sh = m["shapes"]
+    rows = {r["name"]: r for r in res["executables"] if r.get("memory")}
+    p = plan(cfg, mesh_sizes, BatchSettings(sh["train_rows"], sh["train_length"], sh["prompts"] * sh["samples"],
+                                            sh["sample_prompt_len"] + sh["new_tokens"], sh["micro_batches"],
+                                            rc.rl.logprob_chunk))
+    out = []
+    upd, dec = rows.get("update"), rows.get("rollout decode")
+    if upd:
+        out += [dict(component="params + optimizer state", planner=p.params + p.optimizer_state,
+                     compiler=upd["memory"]["argument"] - m["batch_bytes"],
+                     compiler_from="update arguments - batch"),
+                dict(component="gradients + activations", planner=p.gradients + p.activations,
+                     compiler=upd["memory"]["temp"], compiler_from="update temporaries")]
+    if dec:
+        out += [dict(component="KV cache", planner=p.kv_cache, compiler=dec["memory"]["argument"] - m["params_bytes"],
+                     compiler_from="rollout decode arguments - params"),
+                dict(component="sampling temporaries", planner=p.sampling_logits, compiler=dec["memory"]["temp"],
+                     compiler_from="rollout decode temporaries")]
+    if upd and dec:
+        out.append(dict(component="peak", planner=p.peak, compiler=max(upd["peak_bytes"], dec["peak_bytes"]),
+                        compiler_from="max(update, rollout decode) peak"))
+    for r in out:
+        r["ratio"] = r["planner"] / r["compiler"] if r["compiler"] else None
+    return out
+
+
+def render_planner(rows: list[dict]) -> str:
+    lines = ["| component (per device) | planner GiB | compiler GiB | planner / compiler | compiler's number |",
+             "|---|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['component']} | {r['planner'] / GiB:.3f} | {r['compiler'] / GiB:.3f} | "
+                     f"{_g(r['ratio'], '.2f')} | {r['compiler_from']} |")
+    return "\n".join(lines) + "\n"
 
 
 def _g(x, spec: str, scale: float = 1.0) -> str:
@@ -529,4 +575,48 @@ def render_markdown(res: dict) -> str:
     lines += ["", f"Step: peak {_g(s['peak_bytes'], '.2f', GiB)} GiB of {m['hbm_gib']:g} GiB -> **{verdict}**; "
               f"roofline step time {_g(s['roofline_s'], '.3g')} s; MFU bound {_g(s['mfu_bound'], '.1%')}; "
               f"{s['model_flops'] / 1e12:.4g} model TFLOP a step; compiled in {s['compile_s']:.0f} s.", ""]
+    if res.get("planner"):
+        lines += ["Planner (`parallel.memory.plan`) against the compiler:", "", render_planner(res["planner"])]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ one decode step
+
+
+def decode_step_cost(cfg, device, rows: int, prompt_len: int, new_tokens: int, window: Optional[int] = None) -> dict:
+    """The compiler's bytes accessed and FLOPs of one step of the sampler's decode loop on one chip: the LM head on
+    the last hidden state, the draw (`sampling.logits.sample_with_uniform`) and `models.qwen2.decode_step` over a
+    cache of prompt_len + new_tokens slots, attending over `window` of them (None: all) -- the loop body, rebuilt
+    from its parts so that its cost is counted alone (the compiler counts a while-loop's body once, beside the
+    loop's prologue). The cache is donated, as the loop updates it in place."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from jaxrl_reason.models.qwen2 import KVCache, decode_layers, decode_step, init_model
+    from jaxrl_reason.sampling.logits import sample_with_uniform
+
+    mesh = Mesh(np.asarray([device]).reshape(1), ("x",))
+    rep = NamedSharding(mesh, P())
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: init_model(cfg, 0)))
+    put = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep), tree)  # noqa
+    state = put(state)
+    layers = put(jax.eval_shape(lambda s: decode_layers(nnx.merge(graphdef, s)), state))
+    slots = prompt_len + new_tokens
+    cache = put(jax.eval_shape(lambda: KVCache.zeros(cfg, rows, slots)))
+    hidden = jax.ShapeDtypeStruct((rows, cfg.hidden_size), jnp.dtype(cfg.dtype), sharding=rep)
+    vec = lambda dt: jax.ShapeDtypeStruct((rows,), dt, sharding=rep)  # noqa: E731
+
+    def step(state, layers, hidden, uniform, positions, live, cache):
+        model = nnx.merge(graphdef, state)
+        s = sample_with_uniform(model.logits_from_hidden(hidden), uniform, 1.0, 1.0, 0)
+        return decode_step(model, layers, s.token, positions, live, cache, window=window), s.logprob
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=(6,)).lower(state, layers, hidden, vec(jnp.float32), vec(jnp.int32),
+                                                        vec(jnp.bool_), cache).compile()
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return dict(window=window or slots, compile_s=time.perf_counter() - t0, bytes=float(cost.get("bytes accessed", 0)),
+                flops=float(cost.get("flops", 0)))
