@@ -27,11 +27,12 @@ from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, shaped_rewards, solve_rows
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.models.qwen2 import CRITIC_INITS
-from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches, pad_rows_to
+from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches
 from jaxrl_reason.rl.gae import VALUE_TASK, WHITENING, gae, value_spec, whiten
 from jaxrl_reason.rl.losses import TermSpec
 from jaxrl_reason.rl.overlong import truncated_mask
-from jaxrl_reason.rl.scoring import align_to_targets, model_values
+from jaxrl_reason.parallel.mesh import to_host
+from jaxrl_reason.rl.scoring import align_to_targets, model_values, rows_on_mesh
 
 # ----------------------------------------------------------------------------------------------------------------
 # Values of sampled completions under given params
@@ -58,8 +59,9 @@ def completion_values(model, params, prompts: Sequence[Sequence[int]], completio
     for s in range(0, len(prompts), rows_per_call):
         p, c = prompts[s:s + rows_per_call], completions[s:s + rows_per_call]
         batch = build_token_batch(p, c, [0.0] * len(p), None, "solve", pad_id=pad_id)
-        batch = pad_rows_to(batch, min(rows_per_call, power_of_two(len(p), 1)))
-        v = np.asarray(_row_values(graphdef, params, batch))
+        batch, mesh = rows_on_mesh(batch, params, min(rows_per_call, power_of_two(len(p), 1)))
+        with jax.set_mesh(mesh):
+            v = to_host(_row_values(graphdef, params, batch))
         out.extend(v[i, len(pi):len(pi) + len(ci)].astype(np.float32) for i, (pi, ci) in enumerate(zip(p, c)))
     return out
 

@@ -29,6 +29,23 @@ from flax import nnx
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
+# The mesh axes that split batch rows (`parallel.mesh.BATCH_AXES`; restated, since models sit below parallel).
+_ROW_AXES = ("data", "fsdp")
+
+
+def split_rows(x: jax.Array) -> jax.Array:
+    """Pins an activation's leading (row) axis to the row-splitting axes of the mesh the caller traces under
+    (`jax.set_mesh`, as `train.update.make_sharded_update` does); a no-op with no mesh or a one-device one.
+    Without it XLA may all-gather rows to meet an fsdp-sharded weight on its contracted axis, so every device
+    would compute every row (the compiled update did, before this pin)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    axes = tuple(a for a in _ROW_AXES if a in mesh.axis_names and mesh.shape[a] > 1)
+    if not axes:
+        return x
+    return jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec(axes, *([None] * (x.ndim - 1))))
+
 
 def as_dtype(name_or_dtype) -> Any:
     if isinstance(name_or_dtype, str):
@@ -390,8 +407,8 @@ class DecoderLayer(nnx.Module):
 
     def __call__(self, x, rope: Rope, mask, kv=None, index=None, prefix: Optional[SharedPrefix] = None):
         h, kv = self.self_attn(self.input_layernorm(x), rope, mask, kv, index, prefix)
-        x = x + h
-        x = x + self.mlp(self.post_attention_layernorm(x))
+        x = split_rows(x + h)
+        x = split_rows(x + self.mlp(self.post_attention_layernorm(x)))
         return x, kv
 
 
@@ -454,7 +471,7 @@ class Qwen2(nnx.Module):
             q_slot = cache.index + jnp.arange(t)
             mask = (jnp.arange(slots)[None, :] <= q_slot[:, None])[None] & valid[:, None, :]
         # A padding query has no visible key; the finite fill value keeps its softmax uniform, not NaN.
-        x = self.embed_tokens(tokens)
+        x = split_rows(self.embed_tokens(tokens))
         rope = rope_tables(positions, rope_inv_freq(cfg))
         graphdef = nnx.graphdef(self.layers)
 

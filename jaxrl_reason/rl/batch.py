@@ -405,15 +405,25 @@ def split_mini_batches(batch: TokenBatch, n: int, *, rng: Optional[np.random.Gen
     return out
 
 
-def stack_micro_batches(batch: TokenBatch, n: int) -> TokenBatch:
-    """Reshapes every leaf to [n, batch / n, ...] for a `lax.scan` over micro-batches inside one jit."""
+def stack_micro_batches(batch: TokenBatch, n: int, groups: int = 1) -> TokenBatch:
+    """Reshapes every leaf to [n, batch / n, ...] for a `lax.scan` over micro-batches inside one jit.
+
+    groups: the contiguous row blocks the rows are split into on a mesh (`parallel.mesh.batch_shards`: a device
+    holds one block). Micro-batch i takes the i-th slice of every block, so each device keeps computing its own
+    rows; taking micro-batch i as the i-th contiguous slice of the whole batch would put it on one device's
+    block, and every device would gather and compute every row. With groups=1 the two are the same."""
     b = batch.batch_size
-    if n < 1 or b % n:
+    if n < 1 or groups < 1 or b % (n * groups):
         raise ValueError(
-            f"stack_micro_batches: {b} rows do not split into {n} equal micro-batches; "
-            f"call pad_rows_to(batch, {n}) first"
+            f"stack_micro_batches: {b} rows do not split into {n} equal micro-batches of {groups} row groups; "
+            f"call pad_rows_to(batch, {n * groups}) first"
         )
-    return jax.tree.map(lambda x: x.reshape((n, b // n) + tuple(x.shape[1:])), batch)
+
+    def stack(x):
+        x = x.reshape((groups, n, b // (groups * n)) + tuple(x.shape[1:]))
+        return jnp.swapaxes(x, 0, 1).reshape((n, b // n) + tuple(x.shape[3:]))
+
+    return jax.tree.map(stack, batch)
 
 
 def assert_token_batch_shapes(batch: TokenBatch) -> None:

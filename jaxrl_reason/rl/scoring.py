@@ -18,9 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.buckets import power_of_two
-from jaxrl_reason.models.qwen2 import Qwen2, dense, positions_from_mask
+from jaxrl_reason.models.qwen2 import Qwen2, dense, positions_from_mask, split_rows
+from jaxrl_reason.parallel.mesh import batch_shards, resolve_mesh, to_host
+from jaxrl_reason.parallel.rules import BATCH, shard_batch
 from jaxrl_reason.rl.batch import TASKS, TokenBatch, build_token_batch, pad_rows_to
 from jaxrl_reason.rl.prefix import SharedPrefixBatch
 
@@ -191,23 +194,27 @@ def selected_token_logprobs_from_hidden(
     if size < 1:
         raise ValueError(f"size must be >= 1, got {size}")
     n = B // groups * T
-    h, t, sel = hidden.reshape(groups, n, D), targets.reshape(groups, n), selected.reshape(groups, n)
+    # On a mesh a group is one device's rows: pinning the group axis keeps the gather and scatter local.
+    h, t, sel = (split_rows(x) for x in (hidden.reshape(groups, n, D), targets.reshape(groups, n),
+                                          selected.reshape(groups, n)))
     # Slots past a group's count hold index n: clipped (harmlessly) when gathering, dropped when scattering back.
-    idx = jax.vmap(lambda m: jnp.nonzero(m, size=size, fill_value=n)[0])(sel)  # [groups, size]
+    idx = split_rows(jax.vmap(lambda m: jnp.nonzero(m, size=size, fill_value=n)[0])(sel))  # [groups, size]
     fits = jnp.all(jnp.sum(sel, axis=1) <= size)
     read = jnp.minimum(idx, n - 1)
-    hs = jnp.take_along_axis(h, read[..., None], axis=1)  # [groups, size, D]
-    ts = jnp.take_along_axis(t, read, axis=1)
+    hs = split_rows(jnp.take_along_axis(h, read[..., None], axis=1))  # [groups, size, D]
+    ts = split_rows(jnp.take_along_axis(t, read, axis=1))
     temps = None
     if temperature is not None:
         chex.assert_shape(temperature, (B, T))
         temps = jnp.take_along_axis(temperature.reshape(groups, n), read, axis=1)
     out = token_logprobs_from_hidden(hs, unembedding, ts, chunk_size=chunk_size, with_entropy=with_entropy,
                                      temperature=temps)
-    rows = jnp.arange(groups)[:, None]
+    # vmapped over groups, the scatter has the group as a batch axis, which the partitioner keeps on its device
+    # (explicit group indices made it gather every group's indices and values everywhere).
+    put = jax.vmap(lambda i, v: jnp.zeros((n,), v.dtype).at[i].set(v, mode="drop"))
 
     def scatter(v):
-        return jnp.zeros((groups, n), v.dtype).at[rows, idx].set(v, mode="drop").reshape(B, T)
+        return split_rows(put(idx, v)).reshape(B, T)
 
     if with_entropy:
         lp, ent = out
@@ -325,6 +332,41 @@ def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, 
     return jnp.where(fits, lp, jnp.nan)
 
 
+def reference_scorer(graphdef, mesh: Mesh, *, chunk_size: Optional[int] = None,
+                     temperature: float | tuple[float, ...] = 1.0) -> Callable:
+    """`reference_logprobs` compiled for `mesh`: `score(params, batch, scored)` with `batch` split by rows over the
+    mesh's batch shards (each shard gathering its own scored positions, as the update does), traced under the
+    mesh so the model keeps every row on its device, and the log-probs returned in the same row layout, ready to
+    sit in the batch the update takes. `score.lower(...)` lowers it the same way."""
+    groups = batch_shards(mesh)
+    jitted = jax.jit(lambda p, b, scored: reference_logprobs(graphdef, p, b, chunk_size=chunk_size, scored=scored,
+                                                             temperature=temperature, row_groups=groups),
+                     out_shardings=NamedSharding(mesh, P(BATCH)), static_argnums=(2,))
+
+    def score(params, batch, scored=None):
+        with jax.set_mesh(mesh):
+            return jitted(params, batch, scored)
+
+    def lower(params, batch, scored=None):
+        with jax.set_mesh(mesh):
+            return jitted.lower(params, batch, scored)
+
+    score.lower = lower
+    return score
+
+
+def rows_on_mesh(batch, state, rows: int):
+    """(`batch` padded to `rows` rows, or the next multiple of the batch shards of the mesh `state` lives on, and
+    split by rows over it; that mesh): a scoring call's rows divide over the devices instead of every device
+    scoring every row."""
+    mesh = resolve_mesh(None, like=state)
+    shards = batch_shards(mesh)
+    rows = -(-rows // shards) * shards
+    if isinstance(batch, TokenBatch):
+        batch = pad_rows_to(batch, rows)
+    return shard_batch(batch, mesh), mesh
+
+
 def completion_logprobs(model, params, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
                         temperature: float = 1.0, pad_id: int = 0, rows_per_call: int = 16,
                         chunk_size: Optional[int] = None) -> list:
@@ -346,9 +388,11 @@ def completion_logprobs(model, params, prompts: Sequence[Sequence[int]], complet
     out = []
     for s in range(0, len(prompts), rows_per_call):
         p, c = prompts[s:s + rows_per_call], completions[s:s + rows_per_call]
-        batch = pad_rows_to(build_token_batch(p, c, [0.0] * len(p), None, "solve", pad_id=pad_id), rows_per_call)
-        lp = np.asarray(reference_logprobs(graphdef, params, batch, chunk_size=chunk_size,
-                                           temperature=float(temperature)))
+        batch, mesh = rows_on_mesh(build_token_batch(p, c, [0.0] * len(p), None, "solve", pad_id=pad_id), params,
+                                   rows_per_call)
+        with jax.set_mesh(mesh):
+            lp = to_host(reference_logprobs(graphdef, params, batch, chunk_size=chunk_size,
+                                            temperature=float(temperature)))
         out.extend(lp[i, len(pi):len(pi) + len(ci)].astype(np.float32) for i, (pi, ci) in enumerate(zip(p, c)))
     return out
 
@@ -405,7 +449,9 @@ def token_logprobs_at_end(model: Qwen2, prompts: Sequence[Sequence[int]], token_
         return out
     graphdef, own = nnx.split(model)
     state = own if state is None else state
-    rows = _batch_rows(n, batch_size)
+    mesh = resolve_mesh(None, like=state)
+    shards = batch_shards(mesh)
+    rows = -(-_batch_rows(n, batch_size) // shards) * shards  # rows split over the mesh's batch shards
     order = np.argsort(-lengths, kind="stable")
     for start in range(0, n, rows):
         chunk = order[start:start + rows]
@@ -415,8 +461,10 @@ def token_logprobs_at_end(model: Qwen2, prompts: Sequence[Sequence[int]], token_
         for r, i in enumerate(chunk):
             tokens[r, width - lengths[i]:] = prompts[i]
             lens[r] = lengths[i]
-        lp = _end_logprobs(graphdef, state, jnp.asarray(tokens), jnp.asarray(lens), ids)
-        out[chunk] = np.asarray(lp)[:len(chunk)]
+        placed, _ = rows_on_mesh((tokens, lens), state, rows)
+        with jax.set_mesh(mesh):
+            lp = _end_logprobs(graphdef, state, *placed, ids)
+        out[chunk] = to_host(lp)[:len(chunk)]
         if progress is not None:
             progress(min(start + rows, n), n)
     return out

@@ -244,6 +244,22 @@ def _carry_on_mesh(carry: _Carry, mesh) -> _Carry:
                           **rows)
 
 
+def initial_carry(cache: KVCache, last, lengths, n_prompts: int, num_samples: int, max_new_tokens: int,
+                  pad_id: int, key, mesh) -> _Carry:
+    """The decode loop's state after `prefill`, laid out on `mesh`: rows past `n_prompts * num_samples` (filler
+    prompts) start done."""
+    n = lengths.shape[0] * num_samples
+    start_pos = np.repeat(lengths, num_samples)
+    done = np.zeros((n,), bool)
+    done[n_prompts * num_samples:] = True  # filler rows from batch bucketing
+    carry = _Carry(cache, last, jnp.full((n, max_new_tokens), pad_id, jnp.int32),
+                   jnp.zeros((n, max_new_tokens), jnp.float32), jnp.zeros((n, max_new_tokens), jnp.float32),
+                   jnp.asarray(done), jnp.full((n,), FINISH_LENGTH, jnp.int32), jnp.zeros((n,), jnp.int32),
+                   jnp.asarray(start_pos, jnp.int32), jnp.zeros((), jnp.int32),
+                   jnp.array(key, copy=True))  # the carry is donated; never donate the caller's key
+    return _carry_on_mesh(carry, mesh)
+
+
 def _host(x) -> np.ndarray:
     return to_host(x)
 
@@ -285,18 +301,11 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     mesh = resolve_mesh(mesh, like=state)
     tokens, lengths, n_prompts = _as_prompt_batch(prompts, pad_id, cfg.max_position_embeddings, max_new_tokens)
     tokens, lengths = _pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
-    cache, last = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh),
-                          num_samples=num_samples, max_new_tokens=max_new_tokens, mesh=mesh)
-    n = tokens.shape[0] * num_samples
-    start_pos = np.repeat(lengths, num_samples)
-    done = np.zeros((n,), bool)
-    done[n_prompts * num_samples:] = True  # filler rows from batch bucketing
-    carry = _Carry(cache, last, jnp.full((n, max_new_tokens), pad_id, jnp.int32),
-                   jnp.zeros((n, max_new_tokens), jnp.float32), jnp.zeros((n, max_new_tokens), jnp.float32),
-                   jnp.asarray(done), jnp.full((n,), FINISH_LENGTH, jnp.int32), jnp.zeros((n,), jnp.int32),
-                   jnp.asarray(start_pos, jnp.int32), jnp.zeros((), jnp.int32),
-                   jnp.array(key, copy=True))  # the carry is donated; never donate the caller's key
-    carry = _carry_on_mesh(carry, mesh)
+    with jax.set_mesh(mesh):  # traced under the mesh: the model pins its activations' rows to it
+        cache, last = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh),
+                              num_samples=num_samples, max_new_tokens=max_new_tokens, mesh=mesh)
+    carry = initial_carry(cache, last, lengths, n_prompts, num_samples, max_new_tokens, pad_id, key, mesh)
+    n = carry.tokens.shape[0]
     stop_arr = jnp.asarray(stop_token_ids + [-1] * (_MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
     sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
     sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
@@ -305,7 +314,8 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     chunk = max_new_tokens if not stop_strings and progress is None else max(1, chunk_steps)
     while step < max_new_tokens:
         step = min(step + chunk, max_new_tokens)
-        carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
+        with jax.set_mesh(mesh):
+            carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
         if progress is not None:
             progress(int(carry.step), max_new_tokens)
         if stop_strings:

@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
@@ -39,7 +38,7 @@ from jaxrl_reason.train.checkpoint import Checkpointer, LoopCheckpoints
 from jaxrl_reason.progress import progress_bar
 from jaxrl_reason.train.metrics import MetricsWriter
 from jaxrl_reason.train.state import TrainState, init_state, make_optimizer, replicated_value
-from jaxrl_reason.rl.scoring import reference_logprobs
+from jaxrl_reason.rl.scoring import reference_scorer
 from jaxrl_reason.train.update import start_training
 
 
@@ -196,11 +195,8 @@ class Trainer:
         self._row_multiple = config.micro_batches * self._row_groups
         # Pinned to the batch layout so the update's row-split input sharding matches without a reshard; the LM
         # head runs where the KL term reads it, each row group gathering its own positions as the update does.
-        self._ref_logprobs = jax.jit(
-            lambda p, b, scored: reference_logprobs(self.graphdef, p, b, chunk_size=config.logprob_chunk,
-                                                    scored=scored, row_groups=self._row_groups,
-                                                    temperature=ref_temps),
-            out_shardings=NamedSharding(self.mesh, P(prules.BATCH)), static_argnums=(2,))
+        self._ref_logprobs = reference_scorer(self.graphdef, self.mesh, chunk_size=config.logprob_chunk,
+                                              temperature=ref_temps)
         self.data = DataIterator(list(train_examples), config.prompts_per_step, seed=config.seed)
         self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
         self.writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=pmesh.is_main_process())

@@ -98,7 +98,7 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         if isinstance(batch, SharedPrefixBatch):
             counts, stacked = batch_counts(batch.rows), stack_shared_micro_batches(batch, micro_batches)
         else:
-            counts, stacked = batch_counts(batch), stack_micro_batches(batch, micro_batches)
+            counts, stacked = batch_counts(batch), stack_micro_batches(batch, micro_batches, row_groups)
         grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
         first = jax.tree.map(lambda x: x[0], stacked)
         _, metric_shapes = jax.eval_shape(
@@ -174,9 +174,14 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
         if isinstance(batch, SharedPrefixBatch) and batch_shards(mesh) > 1:
             raise ValueError(f"a SharedPrefixBatch cannot be split over {batch_shards(mesh)} batch shards; pass the "
                              "plain TokenBatch (the trainer's share_prompts applies on unsplit rows only)")
-        return jitted(params, opt_state, batch, scored)
+        with jax.set_mesh(mesh):  # traced under the mesh: the model pins its activations' rows to it
+            return jitted(params, opt_state, batch, scored)
 
-    update.lower = lambda params, opt_state, batch, scored=None: jitted.lower(params, opt_state, batch, scored)
+    def lower(params, opt_state, batch, scored=None):
+        with jax.set_mesh(mesh):
+            return jitted.lower(params, opt_state, batch, scored)
+
+    update.lower = lower
     return update, ps, os_, bs
 
 
