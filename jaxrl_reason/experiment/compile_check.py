@@ -280,11 +280,18 @@ def _sampler_executables(tag: str, graphdef, params, mesh, cfg, prompts: int, sa
                         np.dtype(as_dtype(cfg.dtype)).itemsize)
     roof_bytes = (roof["param_bytes"] + roof["kv_bytes_per_step"] / tp) * new_tokens
     prefill_flops = forward_flops(cfg, b * prompt_len, b * causal_pairs(prompt_len), 0)["flops"]
+    def lower_prefill():
+        with jax.set_mesh(mesh):  # as sample() traces it: the model pins its activations' rows to the mesh
+            return sampler.prefill.lower(graphdef, params, tokens, lengths, **static)
+
+    def lower_decode():
+        with jax.set_mesh(mesh):
+            return sampler.decode.lower(graphdef, params, carry_of(), end_step, *scalars, mesh=mesh)
+
     return [
-        Executable(f"{tag} prefill", lambda: sampler.prefill.lower(graphdef, params, tokens, lengths, **static),
-                   prefill_flops, resident, calls, note=f"{b} prompts x {prompt_len} tokens"),
-        Executable(f"{tag} decode", lambda: sampler.decode.lower(graphdef, params, carry_of(), end_step, *scalars,
-                                                                 mesh=mesh),
+        Executable(f"{tag} prefill", lower_prefill, prefill_flops, resident, calls,
+                   note=f"{b} prompts x {prompt_len} tokens"),
+        Executable(f"{tag} decode", lower_decode,
                    decode_flops(cfg, n, prompt_len, new_tokens), resident, calls, roof_bytes,
                    note=f"{n} rows x {new_tokens} steps"),
     ]
@@ -296,17 +303,15 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     import jax
     import jax.numpy as jnp
     from flax import nnx
-    from jax.sharding import NamedSharding, PartitionSpec as P
 
     from jaxrl_reason.methods import make_method
     from jaxrl_reason.models.qwen2 import init_model
     from jaxrl_reason.parallel.mesh import batch_shards
     from jaxrl_reason.parallel.roofline import causal_pairs, forward_flops
-    from jaxrl_reason.parallel.rules import (BATCH, DEFAULT_RULES, batch_sharding, check_model_on_mesh,
-                                             tree_shardings)
+    from jaxrl_reason.parallel.rules import DEFAULT_RULES, batch_sharding, check_model_on_mesh, tree_shardings
     from jaxrl_reason.rl.batch import TokenBatch, scored_size
     from jaxrl_reason.rl.losses import needs_reference, needs_values, scoring_temperatures
-    from jaxrl_reason.rl.scoring import reference_logprobs
+    from jaxrl_reason.rl.scoring import reference_scorer
     from jaxrl_reason.train.state import make_optimizer
     from jaxrl_reason.train.trainer import optimizer_steps
     from jaxrl_reason.train.update import VALUE_HEAD_RULES, make_sharded_update
@@ -374,21 +379,17 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
         exes += _sampler_executables("correction", graphdef, params, mesh, cfg, method.replay_prompts or q,
                                      method.correction_samples, corr_prompt,
                                      method.correction_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
-    scoring_fn = None
     if reference or method.name.startswith("cure"):
         ref_temps = scoring_temperatures(terms, temperature)
         no_ref = host._replace(ref_logprobs=None)
         score_batch = _abstract(no_ref, batch_sharding(no_ref, mesh))
         ref_scored = scored_size(TokenBatch(*([None] * 3), mask, *([None] * 4)), shapes.micro_batches, shards) \
             if r.head_at_trained_only else None
-        scoring_fn = jax.jit(lambda p, b: reference_logprobs(graphdef, p, b, chunk_size=r.logprob_chunk,
-                                                             scored=ref_scored, row_groups=shards,
-                                                             temperature=ref_temps),
-                             out_shardings=NamedSharding(mesh, P(BATCH)))
+        scorer = reference_scorer(graphdef, mesh, chunk_size=r.logprob_chunk, temperature=ref_temps)
         what = "reference scoring" if reference else "pi_old scoring"
         # Beside it live the policy's params and optimizer state (the reference params are its argument); CURE's
         # pi_old recomputation takes the policy's params and leaves the optimizer state beside it.
-        exes.append(Executable(what, lambda: scoring_fn.lower(params, score_batch), fwd,
+        exes.append(Executable(what, lambda: scorer.lower(params, score_batch, ref_scored), fwd,
                                (p_bytes + o_bytes) if reference else o_bytes,
                                note=f"{rows} rows x {length} tokens"))
     exes.append(Executable("update", lambda: update.lower(params, opt_state, batch, scored), 3 * fwd, ref_bytes,
