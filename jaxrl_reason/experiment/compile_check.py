@@ -160,7 +160,7 @@ class StepShapes:
     prompt_len: int  # prompt tokens the update's rows hold
     sample_prompt_len: int  # the sampler's left-padded prompt length (a power of two)
     new_tokens: int
-    train_rows: int
+    train_rows: int  # rows of one update (a mini-batch)
     train_length: int
     micro_batches: int
     eval_prompts: int  # 0: no periodic evaluation
@@ -177,6 +177,7 @@ def step_shapes(rc, method_name: str) -> StepShapes:
     length = prompt + r.max_new_tokens
     if plan is not None and plan.train_rows:
         rows, length = plan.train_rows, plan.context or length
+    rows = -(-rows // r.num_mini_batches)  # one update takes one mini-batch of the step's rows
     return StepShapes(r.prompts_per_step, r.samples_per_prompt, prompt, power_of_two(prompt), r.max_new_tokens,
                       rows, length, r.micro_batches, r.eval_batch_size if r.eval_every else 0,
                       r.eval_max_new_tokens or r.max_new_tokens)
