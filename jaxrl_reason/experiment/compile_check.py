@@ -427,8 +427,10 @@ def compile_one(exe: Executable, chip, hbm_bytes: float, devices: int) -> dict:
     except Exception as e:  # noqa: BLE001 - XLA raises JaxRuntimeError / XlaRuntimeError
         if not _hbm_error(str(e)):
             raise
-        row.update(compile_s=time.perf_counter() - t1, fits=False, compiler_refused=str(e).splitlines()[0][:500],
-                   peak_bytes=None)
+        first = str(e).splitlines()[0][:500]
+        temp = re.search(r"HLO temporaries \(([\d.]+)G\)", first)  # XLA writes GiB as "G"
+        row.update(compile_s=time.perf_counter() - t1, fits=False, compiler_refused=first, peak_bytes=None,
+                   refused_temp_bytes=float(temp.group(1)) * GiB if temp else None)
         return row
     row["compile_s"] = time.perf_counter() - t1
     m = compiled.memory_analysis()
@@ -513,9 +515,13 @@ def planner_vs_compiler(rc, cfg, mesh_sizes: dict, res: dict) -> list[dict]:
     rows = {r["name"]: r for r in res["executables"] if r.get("memory")}
     p = plan(cfg, mesh_sizes, BatchSettings(sh["train_rows"], sh["train_length"], sh["prompts"] * sh["samples"],
                                             sh["sample_prompt_len"] + sh["new_tokens"], sh["micro_batches"],
-                                            rc.rl.logprob_chunk))
+                                            rc.rl.logprob_chunk, m["scored"]))
     out = []
     upd, dec = rows.get("update"), rows.get("rollout decode")
+    refused = next((r for r in res["executables"] if r["name"] == "update" and r.get("refused_temp_bytes")), None)
+    if refused:  # the compiler's refusal names the temporaries it needed
+        out.append(dict(component="gradients + activations", planner=p.gradients + p.activations,
+                        compiler=refused["refused_temp_bytes"], compiler_from="update temporaries (its refusal)"))
     if upd:
         out += [dict(component="params + optimizer state", planner=p.params + p.optimizer_state,
                      compiler=upd["memory"]["argument"] - m["batch_bytes"],
