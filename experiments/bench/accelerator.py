@@ -18,9 +18,11 @@ each on its first call instead); compile seconds are reported per executable and
       bytes/step = parameter bytes + 2 x layers x kv_heads x head_dim x mean_context x batch x KV bytes/element,
       mean_context = prompt + (new + 1) / 2   (step s attends prompt + s + 1 keys),
       roofline tokens/s = batch / (bytes/step / peak HBM bandwidth).
-  "of roofline" = measured / roofline tokens/s; "GB/s" = bytes/step x steps / decode seconds. The sampler's step
-  attends over every allocated cache slot (prompt + new, masked), not only the valid ones, so it reads up to
-  (prompt + new) / mean_context times the roofline's KV bytes: at batch 256 that gap is part of what is measured.
+  "of roofline" = measured / roofline tokens/s; "GB/s" = bytes/step x steps / decode seconds. On an accelerator the
+  sampler's steps run in window phases (`sampling.sampler.decode_windows`): a step attends over the cache slots
+  up to its phase's end, not only the valid ones, so it reads somewhat more than the roofline's KV bytes (at 128
+  new tokens after a 256-token prompt the windows cover the whole cache, as on CPU): that gap is part of what is
+  measured.
 - GRPO update. `train.update.make_update` with the PPO-clip term (`rl.losses.pg_spec`, GRPO's aggregation) and
   AdamW (`train.state.make_optimizer`) on a batch laid out as the Trainer lays it out (each group's prompt once,
   `rl.prefix.share_prefixes`; the LM head at trained positions only, `rl.batch.scored_size`): 8 prompts x 8
