@@ -323,7 +323,10 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     if getattr(method, "critic", None) is not None or needs_values(terms):
         raise CompileCheckError(f"method {method.name!r} trains a learned critic; its value executables are not "
                                 "modelled by the compile check yet (use a critic-free method)")
-    check_model_on_mesh(cfg, mesh)
+    try:
+        check_model_on_mesh(cfg, mesh)
+    except ValueError as e:  # parallel.rules.ShardingError: tp does not divide the heads
+        raise CompileCheckError(f"parallel.mesh_shape: {e}") from e
     shapes = step_shapes(rc, method.name)
     shards = batch_shards(mesh)
     check_batch(shapes, shards)
