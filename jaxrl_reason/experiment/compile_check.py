@@ -334,7 +334,10 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
 
     model = nnx.eval_shape(lambda: init_model(cfg, 0))
     graphdef, state = nnx.split(model)
-    params = _abstract(state, tree_shardings(state, mesh, rules))
+    try:
+        params = _abstract(state, tree_shardings(state, mesh, rules))
+    except ValueError as e:  # a parameter dimension that does not divide its mesh axes, named by the rules
+        raise CompileCheckError(f"parallel.mesh_shape {dict(mesh.shape)}: {e}") from e
     optimizer = make_optimizer(r.lr, total_steps=optimizer_steps(r), warmup_steps=r.warmup_steps, schedule=r.schedule,
                                weight_decay=r.weight_decay, clip_norm=r.clip_norm)
     opt_abs = jax.eval_shape(optimizer.init, params)
