@@ -96,6 +96,10 @@ def test_a_mesh_that_does_not_divide_the_topology_names_the_field_and_the_sizes(
     with pytest.raises(cc.CompileCheckError, match=r"parallel\.mesh_shape.*\[1, 2, 4\]"):
         cc.topology_mesh({"data": 3, "fsdp": -1, "tp": 1}, devices)
     assert dict(cc.topology_mesh({"data": 1, "fsdp": -1, "tp": 2}, devices).shape) == {"data": 1, "fsdp": 2, "tp": 2}
+    # tp=4 does not divide the tiny model's 2 kv heads: refused before compiling, naming the field
+    with pytest.raises(cc.CompileCheckError, match=r"parallel\.mesh_shape.*num_key_value_heads=2"):
+        cc.run_check(_rc("--config.parallel.mesh_shape.fsdp=1", "--config.parallel.mesh_shape.tp=4"), "v5e:2x2",
+                     log=lambda s: None)
 
 
 @needs_libtpu
