@@ -122,8 +122,9 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     # The update keeps a gradient accumulator and the current micro-batch's gradients (both param-shaped), and its
     # guarded step (applied only when every term is finite) computes the new params and optimizer state beside the
     # old ones before it selects: the TPU compiler's update temporaries held 45-70% of such a copy beyond the rest
-    # (Qwen2.5-7B on v5p-8, Qwen2.5-Math-1.5B on one chip and on v5e-16; docs/results/tpu_compile.md). Counted whole.
-    grads = 2 * params + params + opt
+    # (Qwen2.5-7B on v5p-8, Qwen2.5-Math-1.5B on one chip and on v5e-16; docs/results/tpu_compile.md), XLA:CPU's
+    # less. Counted as half a copy.
+    grads = 2 * params + (params + opt) // 2
 
     shards = math.prod(sizes[a] for a in BATCH_AXES)
     tp = sizes["tp"]
