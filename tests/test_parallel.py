@@ -101,6 +101,15 @@ def test_memory_plan_matches_hand_count():
     more = memory.plan(CFG, {"data": 1, "fsdp": 4, "tp": 2}, b)
     assert more.params < m.params and more.activations < m.activations
     assert m.fits(m.peak / 0.9 + 1) and not m.fits(m.peak / 0.9 - 1)
+    # Sampling: next-token logits and their log-softmax (float32, rows over data x fsdp, vocab over tp), and the
+    # decode's fused layer weights, a whole copy per device split over tp only (what the TPU compiler allocates).
+    from jaxrl_reason.parallel.roofline import layer_matmul_params
+
+    assert m.sampling_logits == 2 * 4 * rows * v // 2 + L * layer_matmul_params(CFG) * 4 // 2
+    assert more.sampling_logits - 2 * 4 * (8 // 4) * v // 2 == m.sampling_logits - 2 * 4 * rows * v // 2
+    # The LM head at `scored` positions only: the update's float32 logits shrink by 3 x 4 x vocab per position.
+    scored = memory.plan(CFG, {"data": 1, "fsdp": 1, "tp": 1}, b._replace(scored=40))
+    assert one.activations - scored.activations == 3 * 4 * (8 * 16 - 40) * v
 
 
 @pytest.mark.parametrize("policy", ["all", "matmuls", "remat"])

@@ -327,3 +327,50 @@ def test_greedy_picks_the_first_of_tied_maxima():
     np.testing.assert_array_equal(np.asarray(s.token), [1, 0])
     np.testing.assert_allclose(np.asarray(s.logprob), np.asarray(jax.nn.log_softmax(logits))[[0, 1], [1, 0]],
                                atol=1e-6)
+
+
+def test_windowed_decode_samples_what_the_full_cache_decode_samples():
+    """decode's window phases attend over a prefix of the cache that holds every written slot (the masked slots
+    after it are not read): the same tokens, lengths and finish reasons as one loop over every slot, log-probs
+    within an ulp (sums over a shorter axis) -- at temperature 1 and greedy, in one call and chunked across phase
+    boundaries, with rows stopping early. On CPU the default is the one full-cache loop: bitwise unchanged."""
+    from flax import nnx
+
+    from jaxrl_reason.models.qwen2 import ModelConfig, init_model
+
+    cfg = ModelConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=1024)
+    model = init_model(cfg, 3)
+    graphdef, state = nnx.split(model)
+    rng = np.random.default_rng(0)
+    b, l, new = 4, 16, 400
+    tokens = jnp.asarray(rng.integers(1, 97, (b, l)), jnp.int32)
+    lengths = jnp.asarray([16, 9, 12, 5], jnp.int32)
+    assert len(sampler_mod.decode_windows(l + new, new, 4)) == 4
+
+    def run(temperature, phases, stop_ids, chunks=(new,)):
+        cache, last = sampler_mod.prefill(graphdef, state, tokens, lengths, num_samples=1, max_new_tokens=new)
+        carry = sampler_mod._Carry(
+            cache, last, jnp.zeros((b, new), jnp.int32), jnp.zeros((b, new), jnp.float32),
+            jnp.zeros((b, new), jnp.float32), jnp.zeros((b,), bool), jnp.full((b,), FINISH_LENGTH, jnp.int32),
+            jnp.zeros((b,), jnp.int32), jnp.array(lengths, copy=True), jnp.zeros((), jnp.int32),
+            jax.random.PRNGKey(7))  # the carry is donated: positions get their own copy of the lengths
+        stop = jnp.asarray(stop_ids + [-1] * (sampler_mod._MAX_STOP_IDS - len(stop_ids)), jnp.int32)
+        for end in chunks:
+            carry = sampler_mod.decode(graphdef, state, carry, jnp.int32(end), jnp.float32(temperature),
+                                       jnp.float32(1.0), jnp.int32(0), stop, jnp.int32(0), window_phases=phases)
+        return jax.device_get((carry.tokens, carry.logprobs, carry.sampling_logprobs, carry.lengths, carry.finish))
+
+    for temperature, stop_ids in ((1.0, []), (1.0, [5, 11]), (0.0, [])):
+        full = run(temperature, 1, stop_ids)
+        if stop_ids:
+            assert full[3].min() < new  # some rows stop early
+        else:
+            assert (full[3] == new).all()  # every row crosses every window
+        for got in (run(temperature, 4, stop_ids), run(temperature, 4, stop_ids, chunks=(50, 150, 333, new))):
+            for i in (0, 3, 4):  # tokens, lengths, finish
+                np.testing.assert_array_equal(got[i], full[i])
+            for i in (1, 2):  # log-probs, sampling log-probs
+                np.testing.assert_allclose(got[i], full[i], rtol=0, atol=4e-6)
+        for a, e in zip(run(temperature, None, stop_ids), full):  # the CPU default
+            np.testing.assert_array_equal(a, e)

@@ -18,9 +18,11 @@ each on its first call instead); compile seconds are reported per executable and
       bytes/step = parameter bytes + 2 x layers x kv_heads x head_dim x mean_context x batch x KV bytes/element,
       mean_context = prompt + (new + 1) / 2   (step s attends prompt + s + 1 keys),
       roofline tokens/s = batch / (bytes/step / peak HBM bandwidth).
-  "of roofline" = measured / roofline tokens/s; "GB/s" = bytes/step x steps / decode seconds. The sampler's step
-  attends over every allocated cache slot (prompt + new, masked), not only the valid ones, so it reads up to
-  (prompt + new) / mean_context times the roofline's KV bytes: at batch 256 that gap is part of what is measured.
+  "of roofline" = measured / roofline tokens/s; "GB/s" = bytes/step x steps / decode seconds. On an accelerator the
+  sampler's steps run in window phases (`sampling.sampler.decode_windows`): a step attends over the cache slots
+  up to its phase's end, not only the valid ones, so it reads somewhat more than the roofline's KV bytes (at 128
+  new tokens after a 256-token prompt the windows cover the whole cache, as on CPU): that gap is part of what is
+  measured.
 - GRPO update. `train.update.make_update` with the PPO-clip term (`rl.losses.pg_spec`, GRPO's aggregation) and
   AdamW (`train.state.make_optimizer`) on a batch laid out as the Trainer lays it out (each group's prompt once,
   `rl.prefix.share_prefixes`; the LM head at trained positions only, `rl.batch.scored_size`): 8 prompts x 8
@@ -58,6 +60,9 @@ if ROOT not in sys.path:
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
+# The peaks table and the FLOPs / bytes formulas, shared with experiment.compile_check (no jax import).
+from jaxrl_reason.parallel.roofline import (PEAKS, decode_bytes, grpo_model_flops,  # noqa: E402,F401
+                                           layer_matmul_params, peak_for)
 
 # Architectures as in the checkpoints' config.json (Qwen2.5-0.5B / -1.5B: 494,032,768 and 1,543,714,304
 # parameters with tied embeddings); rope/eps do not change the cost and follow the releases.
@@ -79,74 +84,12 @@ SHAPES = {
                  grpo=dict(prompts=8, samples=8, prompt_len=256, completion_len=512, micro_batches=4)),
 }
 
-# (lower-case substrings that must all occur in device_kind, name, peak HBM GB/s, peak dense bf16 TFLOP/s).
-# First match wins, so the more specific entries come first. One entry is one JAX device (a TPU chip).
-PEAKS = [
-    (("gh200",), "NVIDIA GH200 (HBM3)", 4000.0, 989.0),
-    (("h200", "nvl"), "NVIDIA H200 NVL", 4800.0, 835.0),
-    (("h200",), "NVIDIA H200 SXM", 4800.0, 989.0),
-    (("h100", "nvl"), "NVIDIA H100 NVL", 3900.0, 835.0),
-    (("h100", "pcie"), "NVIDIA H100 PCIe", 2000.0, 756.0),
-    (("h100",), "NVIDIA H100 SXM", 3350.0, 989.0),
-    (("a100", "40gb"), "NVIDIA A100 40GB", 1555.0, 312.0),
-    (("a100", "pcie"), "NVIDIA A100 80GB PCIe", 1935.0, 312.0),
-    (("a100",), "NVIDIA A100 80GB SXM", 2039.0, 312.0),
-    (("tpu v4",), "TPU v4", 1200.0, 275.0),
-    (("tpu v5 lite",), "TPU v5e", 819.0, 197.0),
-    (("tpu v5e",), "TPU v5e", 819.0, 197.0),
-    (("tpu v5",), "TPU v5p", 2765.0, 459.0),
-    (("tpu v6",), "TPU v6e", 1640.0, 918.0),
-]
-
-
-def peak_for(device_kind: str) -> Optional[tuple[str, float, float]]:
-    kind = device_kind.lower()
-    for needles, name, gbs, tflops in PEAKS:
-        if all(n in kind for n in needles):
-            return name, gbs, tflops
-    return None
-
-
 def model_config(shape: str, param_dtype: str, dtype: str):
     from jaxrl_reason.models.qwen2 import ModelConfig
 
     if shape not in SHAPES:
         raise SystemExit(f"--shapes: unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     return ModelConfig(**SHAPES[shape]["model"], param_dtype=param_dtype, dtype=dtype)
-
-
-def layer_matmul_params(cfg) -> int:
-    """Weights of one decoder layer's matmuls (q/k/v, o, gate/up/down): what 6 x N counts per token."""
-    h, d, i = cfg.hidden_size, cfg.dim_per_head, cfg.intermediate_size
-    nq, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
-    return h * d * (nq + 2 * nkv) + nq * d * h + 3 * h * i
-
-
-def decode_bytes(cfg, batch: int, prompt_len: int, new_tokens: int, param_bytes: int, kv_itemsize: int) -> dict:
-    """Bytes one decode step must read: every parameter once, and the KV cache at the step's mean context."""
-    mean_context = prompt_len + (new_tokens + 1) / 2
-    kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.dim_per_head * mean_context * batch * kv_itemsize
-    return dict(mean_context=mean_context, param_bytes=int(param_bytes), kv_bytes_per_step=float(kv),
-                bytes_per_step=float(param_bytes + kv))
-
-
-def grpo_model_flops(cfg, prompts: int, samples: int, prompt_len: int, completion_len: int, shared: bool) -> dict:
-    """Model FLOPs of one update (forward + backward) on `prompts x samples` rows; see the module docstring."""
-    tri = lambda n: n * (n + 1) // 2  # noqa: E731 - keys attended by a causal run of n tokens
-    rows = prompts * samples
-    if shared:  # each prompt once; a completion token sees its prompt and the completion so far
-        tokens = prompts * prompt_len + rows * completion_len
-        attended = prompts * tri(prompt_len) + rows * (completion_len * prompt_len + tri(completion_len))
-    else:
-        tokens = rows * (prompt_len + completion_len)
-        attended = rows * tri(prompt_len + completion_len)
-    head_tokens = rows * completion_len
-    layers = 6 * cfg.num_hidden_layers * layer_matmul_params(cfg) * tokens
-    head = 6 * cfg.vocab_size * cfg.hidden_size * head_tokens
-    attention = 12 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.dim_per_head * attended
-    return dict(tokens_forwarded=tokens, trained_tokens=head_tokens, attended_pairs=attended,
-                flops_layers=layers, flops_head=head, flops_attention=attention,
-                model_flops=layers + head + attention)
 
 
 def _median(xs):

@@ -32,7 +32,9 @@ def get_config():
     c.rl.max_new_tokens = 1024 - 256  # context 1024 including the prompt
     c.rl.lr = 1e-6
     c.rl.warmup_steps = 10
-    c.rl.micro_batches = 8
+    # 20 x 16 rows: the TPU compiler's update on one chip peaks at 62.2 GiB (16 x 20 rows: 76.5 GiB); 8 x 40 rows
+    # needed 98 GiB of temporaries, more than an 80 GB GPU or a 95 GiB v5p chip holds (docs/results/tpu_compile.md)
+    c.rl.micro_batches = 20
     c.rl.checkpoint_every = 50
     c.rl.eval_every = 50
     c.rl.eval_batch_size = 64

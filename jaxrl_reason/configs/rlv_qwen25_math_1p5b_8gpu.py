@@ -14,6 +14,7 @@ from jaxrl_reason.configs.rlv_qwen25_math_1p5b import get_config as base
 def get_config():
     c = base()
     c.workdir = "runs/rlv_qwen25_math_1p5b_8gpu"
+    c.rl.micro_batches = 8  # 40 rows a micro-batch, 5 per device (the one-device preset needs 20)
     c.parallel = ml_collections.ConfigDict()
     c.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # -1: every device
     c.parallel.distributed = False  # one process drives all 8 local GPUs

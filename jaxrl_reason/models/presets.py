@@ -14,6 +14,13 @@ PRESETS = {
     "qwen2.5-7b-instruct": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                                 num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
                                 rope_theta=1e6, tie_word_embeddings=False, model_type="qwen2"),
+    "qwen2.5-coder-1.5b-instruct": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                                        num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                                        max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=True,
+                                        model_type="qwen2"),
+    "qwen3-4b": dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                     rope_theta=1e6, tie_word_embeddings=True, attention_bias=False, model_type="qwen3"),
 }
 
 

@@ -770,9 +770,12 @@ def decode_layers(model: Qwen2) -> tuple:
 
 
 def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, positions: jax.Array,
-                live: jax.Array, cache: KVCache):
+                live: jax.Array, cache: KVCache, window: Optional[int] = None):
     """One token per row: tokens, positions [B] int32, live [B] bool (a finished row's slot is marked invalid).
-    Writes slot `cache.index` and returns (final-norm hidden state [B, H], updated cache)."""
+    Writes slot `cache.index` and returns (final-norm hidden state [B, H], updated cache).
+
+    window (static): attend over the first `window` slots only (the caller guarantees `cache.index < window`);
+    the slots after it are empty, masked, and would only be read. None: every slot."""
     cfg = model.config
     dt = as_dtype(cfg.dtype)
     b, = tokens.shape
@@ -780,8 +783,11 @@ def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, 
     g = cfg.num_attention_heads // nkv
     chex.assert_shape([positions, live], (b,))
     slots = cache.valid.shape[1]
+    seen = slots if window is None else int(window)
+    if not 0 < seen <= slots:
+        raise ValueError(f"decode_step: window={window} must be in [1, {slots}] (the cache's slots)")
     valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, live[:, None], cache.index, axis=1)
-    mask = ((jnp.arange(slots) <= cache.index)[None, :] & valid)[:, None, :]  # [B, 1, S]
+    mask = ((jnp.arange(seen) <= cache.index)[None, :] & valid[:, :seen])[:, None, :]  # [B, 1, W]
     rope = rope_tables(positions[:, None], rope_inv_freq(cfg))  # once per step, shared by every layer
     x = model.embed_tokens(tokens)  # [B, H]
     ks, vs = [], []
@@ -803,7 +809,9 @@ def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, 
         k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, cache.index))
         v_cache = jax.lax.dynamic_update_slice(v_cache, v[:, :, None].astype(v_cache.dtype), (0, 0, cache.index, 0))
         ks.append(k_cache), vs.append(v_cache)
-        out = attend(q, k_cache, v_cache, mask, dt).reshape(b, nkv * g * d)
+        k_seen, v_seen = ((k_cache, v_cache) if seen == slots
+                          else (k_cache[..., :seen], v_cache[:, :, :seen]))
+        out = attend(q, k_seen, v_seen, mask, dt).reshape(b, nkv * g * d)
         out_o = jnp.dot(out, w.o)
         if "o" in ad:
             out_o = out_o + _adapter_out(out, ad, "o", out_o.shape[-1])

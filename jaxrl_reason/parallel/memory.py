@@ -29,7 +29,8 @@ GiB = 1024 ** 3
 class BatchSettings(NamedTuple):
     """train_rows: global rows of one update (all tasks packed); train_length: tokens per row;
     micro_batches: gradient-accumulation steps; logprob_chunk: the update's logits chunk (None = whole row);
-    sample_rows: global rows decoded at once (prompts x samples); sample_length: prompt + new tokens."""
+    sample_rows: global rows decoded at once (prompts x samples); sample_length: prompt + new tokens;
+    scored: the update's `scored` (rl.batch.scored_size: the LM head at trained positions only)."""
 
     train_rows: int
     train_length: int
@@ -37,13 +38,14 @@ class BatchSettings(NamedTuple):
     sample_length: int = 0
     micro_batches: int = 1
     logprob_chunk: Optional[int] = None
+    scored: Optional[int] = None  # the update's LM-head positions per device and micro-batch (None: every position)
 
 
 class MemoryPlan(NamedTuple):
     mesh: dict
     params: int
     optimizer_state: int
-    gradients: int
+    gradients: int  # the update's gradient buffers and the new params / optimizer state of its guarded step
     activations: int
     kv_cache: int
     sampling_logits: int
@@ -60,9 +62,9 @@ class MemoryPlan(NamedTuple):
 
     def table(self, device_bytes: Optional[float] = None, headroom: float = 0.1) -> str:
         rows = [("params", self.params), ("KL reference", self.reference), ("optimizer state", self.optimizer_state),
-                ("gradients", self.gradients),
+                ("gradients + new state", self.gradients),
                 ("activations (train)", self.activations), ("KV cache (sampling)", self.kv_cache),
-                ("logits (sampling)", self.sampling_logits), ("peak", self.peak)]
+                ("sampling temporaries", self.sampling_logits), ("peak", self.peak)]
         mesh = ", ".join(f"{k}={v}" for k, v in self.mesh.items())
         lines = [f"per-device memory on mesh ({mesh})", f"{'':22s} {'bytes':>16s} {'GiB':>9s}"]
         lines += [f"{name:22s} {b:16,d} {b / GiB:9.3f}" for name, b in rows]
@@ -130,9 +132,12 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     params = _shard_bytes(abstract, sizes, rules)
     trained_bytes = _shard_bytes(trained, sizes, rules)
     opt = _shard_bytes(jax.eval_shape(optimizer.init, trained), sizes, rules)
-    # The update keeps a gradient accumulator and the current micro-batch's gradients (both shaped like what
-    # it trains).
-    grads = 2 * trained_bytes
+    # The update keeps a gradient accumulator and the current micro-batch's gradients (both shaped like what it
+    # trains), and its guarded step (applied only when every term is finite) computes the new trained params and
+    # optimizer state beside the old ones before it selects: the TPU compiler's update temporaries held 45-70% of
+    # such a copy beyond the rest (Qwen2.5-7B on v5p-8, Qwen2.5-Math-1.5B on one chip and on v5e-16;
+    # docs/results/tpu_compile.md), XLA:CPU's less. Counted as half a copy.
+    grads = 2 * trained_bytes + (trained_bytes + opt) // 2
     reference = params if kl and not use_lora else 0
 
     shards = math.prod(sizes[a] for a in BATCH_AXES)
@@ -166,13 +171,22 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     if use_lora:  # each adapted projection's x @ A, kept for the backward pass of B
         per_token += layers * act_b * lora.rank * len(lora.target_names)
     chunk = min(batch.logprob_chunk or t, t)
-    # float32 logits, log-softmax and its gradient for one chunk of rows x time (vocab split over tp).
-    logits = 3 * 4 * rows * chunk * v // tp
+    # float32 logits, log-softmax and its gradient for one chunk of rows x time (vocab split over tp); with the LM
+    # head at the trained positions only (`scored`), at most that many of them.
+    head_positions = min(rows * chunk, batch.scored) if batch.scored else rows * chunk
+    logits = 3 * 4 * head_positions * v // tp
     activations = rows * t * per_token + logits
 
     s_rows = batch.sample_rows // shards if batch.sample_rows else 0
     kv = 2 * layers * s_rows * (nkv // tp) * d * batch.sample_length * act_b + s_rows * batch.sample_length
     sampling_logits = 2 * 4 * s_rows * v // tp  # next-token logits and their log-softmax, float32
+    if batch.sample_rows:
+        # The decode loop's layer weights, fused once per call in the compute dtype (`models.qwen2.decode_layers`):
+        # a whole copy on every device, split over tp only -- the TPU compiler kept 2.47 GiB of temporaries per
+        # device for Qwen2.5-Math-1.5B on fsdp=16 (3.26 on one device), where the logits alone are 0.01-0.18.
+        from jaxrl_reason.parallel.roofline import layer_matmul_params
+
+        sampling_logits += layers * layer_matmul_params(cfg) * act_b // tp
     return MemoryPlan(sizes, params, opt, grads, activations, kv, sampling_logits, reference)
 
 

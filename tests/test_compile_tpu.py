@@ -1,0 +1,151 @@
+"""experiment.compile_check / experiments/launch/compile_tpu.py: the tiny preset's update and rollout decode compiled
+for a v5e:2x2 topology on a 2-device mesh with libtpu (no TPU), the compiler's memory report and the fit verdict,
+an impossible HBM size, the settings refused before compiling, and the analytic FLOPs against the compiler's on
+an unrolled forward."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from jaxrl_reason.configs import load_config_file
+from jaxrl_reason.experiment import compile_check as cc
+from jaxrl_reason.experiment.config import read_run_config
+
+needs_libtpu = pytest.mark.skipif(not cc.libtpu_available(),
+                                  reason='libtpu is not installed (pip install "jax[tpu]==<jax version>")')
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "experiments" / "configs" / "tiny_default.py")
+# Small rows and lengths: what is checked is the path (the rule shardings, the donation, the report), not the size.
+SMALL = ["--config.parallel.mesh_shape.fsdp=2", "--config.rl.prompts_per_step=2", "--config.rl.samples_per_prompt=2",
+         "--config.rl.max_new_tokens=8", "--config.parallel.prompt_tokens=8", "--config.rl.eval_every=0"]
+
+
+def _rc(*extra):
+    return read_run_config(load_config_file(TINY, SMALL + list(extra)))
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("compile_tpu", ROOT / "experiments" / "launch" / "compile_tpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def report():
+    return cc.run_check(_rc(), "v5e:2x2", only={"update", "rollout decode"}, log=lambda s: None,
+                        config_name="tiny_default.py")
+
+
+@needs_libtpu
+def test_update_and_decode_compile_for_v5e_with_the_compilers_memory_report(report):
+    m = report["meta"]
+    assert m["device_kind"] == "TPU v5 lite" and m["devices"] == 4 and m["hbm_gib"] == 16
+    assert m["mesh"] == {"data": 1, "fsdp": 2, "tp": 1}
+    rows = {r["name"]: r for r in report["executables"]}
+    assert set(rows) == {"rollout decode", "update"}
+    for r in rows.values():
+        mem = r["memory"]
+        assert mem["argument"] > 0 and mem["output"] > 0 and mem["code"] > 0
+        assert r["peak_bytes"] == mem["argument"] + mem["output"] - mem["alias"] + mem["temp"] + mem["code"] \
+            + r["resident_bytes"]
+        assert r["fits"] and r["compiler_flops"] > 0 and r["roofline_s"] > 0
+    upd = rows["update"]
+    # params and optimizer state are donated: the compiler aliases them to the outputs. Per device (fsdp=2): the
+    # update's arguments hold half of the float32 params and of both AdamW moments, at least.
+    assert upd["memory"]["alias"] >= m["params_bytes"] + m["opt_state_bytes"] - 1024
+    assert m["opt_state_bytes"] >= 2 * m["params_bytes"]
+    assert report["step"]["fits"] and report["step"]["peak_bytes"] == max(r["peak_bytes"] for r in rows.values())
+    assert 0 < report["step"]["mfu_bound"] <= 1
+    # The planner beside the compiler. The sharded parameter and optimizer bytes are shapes both sides know; the
+    # TPU's tiled layouts pad the tiny model's small arrays, so the compiler's count is at least the planner's.
+    planner = {r["component"]: r for r in report["planner"]}
+    assert set(planner) == {"params + optimizer state", "gradients + activations", "KV cache",
+                            "sampling temporaries", "peak"}
+    assert 0.5 < planner["params + optimizer state"]["ratio"] <= 1
+    assert all(r["planner"] > 0 for r in planner.values()) and planner["KV cache"]["compiler"] > 0
+
+
+@needs_libtpu
+def test_an_impossible_hbm_size_does_not_fit_and_exits_3(tmp_path, capsys):
+    rc = _script().main(["--config", TINY, "--topology", "v5e:2x2", "--hbm-gb", "0.001", "--only", "rollout decode",
+                         "--out", str(tmp_path)] + SMALL)
+    assert rc == 3
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out
+    assert (tmp_path / "compile_tpu.json").exists() and (tmp_path / "compile_tpu.md").exists()
+
+
+@needs_libtpu
+@pytest.mark.parametrize("topology, needle", [("v5e-4x4", "CHIP:AxB"), ("v7x:2x2", "CHIP:AxB"),
+                                              ("v5e:1x1", "libtpu refused")])
+def test_a_bad_topology_is_refused_before_compiling(topology, needle):
+    with pytest.raises(cc.CompileCheckError, match=needle):
+        cc.topology_devices(topology)
+
+
+@needs_libtpu
+def test_a_mesh_that_does_not_divide_the_topology_names_the_field_and_the_sizes():
+    devices = cc.topology_devices("v5e:2x2")
+    with pytest.raises(cc.CompileCheckError, match=r"parallel\.mesh_shape.*\[1, 2, 4\]"):
+        cc.topology_mesh({"data": 1, "fsdp": 3, "tp": 1}, devices)
+    with pytest.raises(cc.CompileCheckError, match=r"parallel\.mesh_shape.*\[1, 2, 4\]"):
+        cc.topology_mesh({"data": 3, "fsdp": -1, "tp": 1}, devices)
+    assert dict(cc.topology_mesh({"data": 1, "fsdp": -1, "tp": 2}, devices).shape) == {"data": 1, "fsdp": 2, "tp": 2}
+    # tp=4 does not divide the tiny model's 2 kv heads: refused before compiling, naming the field
+    with pytest.raises(cc.CompileCheckError, match=r"parallel\.mesh_shape.*num_key_value_heads=2"):
+        cc.run_check(_rc("--config.parallel.mesh_shape.fsdp=1", "--config.parallel.mesh_shape.tp=4"), "v5e:2x2",
+                     log=lambda s: None)
+
+
+@needs_libtpu
+def test_a_batch_that_does_not_divide_the_data_axes_names_the_field_and_valid_values(tmp_path, capsys):
+    # 2 x 2 rows over fsdp=2: 2 rows a shard; 3 micro-batches cannot split them, 1 or 2 can.
+    with pytest.raises(cc.CompileCheckError, match=r"rl\.micro_batches in \[1, 2\]"):
+        cc.run_check(_rc("--config.rl.micro_batches=3"), "v5e:2x2", log=lambda s: None)
+    rc = _script().main(["--config", TINY, "--topology", "v5e:2x2", "--out", str(tmp_path)] + SMALL
+                        + ["--config.rl.micro_batches=3"])
+    assert rc == 2 and "rl.micro_batches" in capsys.readouterr().err
+
+
+def test_analytic_flops_match_the_compiler_on_an_unrolled_forward():
+    """cost_analysis() counts a loop body once; with the layers unrolled (scan_layers=False) and no loop left, the
+    compiler's FLOPs of a forward pass agree with `parallel.roofline.forward_flops` (its matmuls and attention;
+    the compiler adds the elementwise work: a few percent)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxrl_reason.models.qwen2 import ModelConfig, init_model, positions_from_mask
+    from jaxrl_reason.parallel.roofline import causal_pairs, forward_flops
+
+    b, t = 4, 64
+
+    def compiler_flops(cfg):
+        graphdef, state = nnx.split(nnx.eval_shape(lambda: init_model(cfg, 0)))
+
+        def forward(state, tokens):
+            model = nnx.merge(graphdef, state)
+            mask = jnp.ones_like(tokens)
+            return model(tokens, positions_from_mask(mask), mask)
+
+        cost = jax.jit(forward).lower(state, jax.ShapeDtypeStruct((b, t), jnp.int32)).compile().cost_analysis()
+        return (cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"]
+
+    cfg = ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, scan_layers=False)
+    unrolled = compiler_flops(cfg)
+    # The forward computes attention scores over every key and masks them: its attention FLOPs are the full
+    # square, not the causal half the analytic count (the useful work) takes.
+    analytic = forward_flops(cfg, b * t, b * t * t, b * t)["flops"]
+    assert abs(unrolled / analytic - 1) < 0.05, (unrolled, analytic)
+    useful = forward_flops(cfg, b * t, b * causal_pairs(t), b * t)["flops"]
+    assert useful < analytic
+    # The same forward with its layers scanned: the compiler counts the scan body (one layer) once.
+    scanned = compiler_flops(cfg.replace(scan_layers=True))
+    one_layer = forward_flops(cfg.replace(num_hidden_layers=1), b * t, b * t * t, 0)["flops"]
+    head = forward_flops(cfg, 0, 0, b * t)["flops"]
+    assert abs(scanned / (one_layer + head) - 1) < 0.05, (scanned, one_layer + head)
