@@ -149,3 +149,18 @@ def test_analytic_flops_match_the_compiler_on_an_unrolled_forward():
     one_layer = forward_flops(cfg.replace(num_hidden_layers=1), b * t, b * t * t, 0)["flops"]
     head = forward_flops(cfg, 0, 0, b * t)["flops"]
     assert abs(scanned / (one_layer + head) - 1) < 0.05, (scanned, one_layer + head)
+
+
+@needs_libtpu
+def test_a_lora_policy_compiles_with_adapter_only_optimizer_state_and_no_reference_copy(report):
+    """`lora.rank > 0`: the update trains the adapters alone (its optimizer state is theirs), and a KL run's
+    reference is the base with the adapters off, read from the policy's own weights (no second copy)."""
+    kl = ["--config.method.beta=0.01", "--config.lora.rank=4"]
+    lora = cc.run_check(_rc(*kl), "v5e:2x2", only={"update", "reference scoring"}, log=lambda s: None,
+                        config_name="tiny_default.py")
+    m, full = lora["meta"], report["meta"]
+    assert m["lora_rank"] == 4 and full["lora_rank"] == 0
+    assert m["reference_params_bytes"] == 0
+    assert m["opt_state_bytes"] < full["opt_state_bytes"] / 4
+    rows = {r["name"]: r for r in lora["executables"]}
+    assert set(rows) == {"update", "reference scoring"} and all(r["fits"] for r in rows.values())

@@ -306,6 +306,7 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     from flax import nnx
 
     from jaxrl_reason.methods import make_method
+    from jaxrl_reason.models.lora import TRAINABLE, attach_lora, base_graphdef, base_state
     from jaxrl_reason.models.qwen2 import init_model
     from jaxrl_reason.parallel.mesh import batch_shards
     from jaxrl_reason.parallel.roofline import causal_pairs, forward_flops
@@ -315,7 +316,7 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     from jaxrl_reason.rl.scoring import reference_scorer
     from jaxrl_reason.train.state import make_optimizer
     from jaxrl_reason.train.trainer import optimizer_steps
-    from jaxrl_reason.train.update import VALUE_HEAD_RULES, make_sharded_update
+    from jaxrl_reason.train.update import VALUE_HEAD_RULES, make_sharded_update, split_trainable
 
     rules = tuple(DEFAULT_RULES if rules is None else rules) + VALUE_HEAD_RULES
     method = make_method(rc.method)
@@ -332,7 +333,12 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     check_batch(shapes, shards)
     r = rc.rl
 
-    model = nnx.eval_shape(lambda: init_model(cfg, 0))
+    lora = getattr(rc, "lora", None)
+    lora_on = lora is not None and lora.enabled
+    # A LoRA policy: its adapters in the param tree, only they trained and in the optimizer state, and the KL
+    # reference the base with the adapters off (no copy of the weights).
+    model = nnx.eval_shape(lambda: attach_lora(init_model(cfg, 0), lora, 0) if lora_on else init_model(cfg, 0))
+    trainable = TRAINABLE if lora_on else None
     graphdef, state = nnx.split(model)
     try:
         params = _abstract(state, tree_shardings(state, mesh, rules))
@@ -340,11 +346,11 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
         raise CompileCheckError(f"parallel.mesh_shape {dict(mesh.shape)}: {e}") from e
     optimizer = make_optimizer(r.lr, total_steps=optimizer_steps(r), warmup_steps=r.warmup_steps, schedule=r.schedule,
                                weight_decay=r.weight_decay, clip_norm=r.clip_norm)
-    opt_abs = jax.eval_shape(optimizer.init, params)
+    opt_abs = jax.eval_shape(optimizer.init, split_trainable(params, trainable)[0])
     opt_state = _abstract(opt_abs, tree_shardings(opt_abs, mesh, rules))
     reference = needs_reference(terms)
     p_bytes, o_bytes = _per_device_bytes(params), _per_device_bytes(opt_state)
-    ref_bytes = p_bytes if reference else 0
+    ref_bytes = p_bytes if reference and not lora_on else 0
 
     # The update's batch: rows over data x fsdp, the completion positions trained (the LM head's `scored` at its
     # upper bound: every completion token of every row).
@@ -362,7 +368,7 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     temperature = float(r.temperature)
     update, *_ = make_sharded_update(graphdef, optimizer, terms, mesh, params, opt_state, rules=rules,
                                      micro_batches=shapes.micro_batches, logprob_chunk=r.logprob_chunk,
-                                     temperature=temperature, matmuls="ynn")
+                                     temperature=temperature, matmuls="ynn", trainable=trainable)
     tokens = rows * length
     attended = rows * causal_pairs(length)
     fwd = forward_flops(cfg, tokens, attended, rows * completion)["flops"]
@@ -392,11 +398,12 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
         score_batch = _abstract(no_ref, batch_sharding(no_ref, mesh))
         ref_scored = scored_size(TokenBatch(*([None] * 3), mask, *([None] * 4)), shapes.micro_batches, shards) \
             if r.head_at_trained_only else None
-        scorer = reference_scorer(graphdef, mesh, chunk_size=r.logprob_chunk, temperature=ref_temps)
+        ref_graphdef, ref_params = (base_graphdef(model), base_state(params)) if lora_on else (graphdef, params)
+        scorer = reference_scorer(ref_graphdef, mesh, chunk_size=r.logprob_chunk, temperature=ref_temps)
         what = "reference scoring" if reference else "pi_old scoring"
         # Beside it live the policy's params and optimizer state (the reference params are its argument); CURE's
         # pi_old recomputation takes the policy's params and leaves the optimizer state beside it.
-        exes.append(Executable(what, lambda: scorer.lower(params, score_batch, ref_scored), fwd,
+        exes.append(Executable(what, lambda: scorer.lower(ref_params, score_batch, ref_scored), fwd,
                                (p_bytes + o_bytes) if reference else o_bytes,
                                note=f"{rows} rows x {length} tokens"))
     exes.append(Executable("update", lambda: update.lower(params, opt_state, batch, scored), 3 * fwd, ref_bytes,
@@ -407,7 +414,8 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
                                      calls=0)  # not part of a training step; its fit still counts
     info = dict(method=method.name, terms=[t.name for t in terms], shapes=dataclasses.asdict(shapes), scored=scored,
                 params_bytes=p_bytes, opt_state_bytes=o_bytes, reference_params_bytes=ref_bytes,
-                batch_bytes=_per_device_bytes(batch), num_params=cfg.num_params())
+                batch_bytes=_per_device_bytes(batch), num_params=cfg.num_params(),
+                lora_rank=lora.rank if lora_on else 0)
     return exes, info
 
 
