@@ -29,9 +29,8 @@ from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.models.qwen2 import Qwen2
 from jaxrl_reason.parallel.mesh import resolve_mesh, to_host
 from jaxrl_reason.rollout.tools import ToolEnv, make_tool, step_all
-from jaxrl_reason.sampling.sampler import (FINISH_EOS, FINISH_LENGTH, FINISH_STOP, _MAX_STOP_IDS, _Carry,
-                                           _as_prompt_batch, _carry_on_mesh, _on_mesh, _pad_rows_for_mesh,
-                                           cut_at_stop_strings, decode, prefill)
+from jaxrl_reason.sampling.sampler import (FINISH_EOS, FINISH_LENGTH, _MAX_STOP_IDS, _Carry, _as_prompt_batch,
+                                           _carry_on_mesh, _on_mesh, _pad_rows_for_mesh, decode_loop, prefill)
 
 
 @dataclasses.dataclass
@@ -167,33 +166,9 @@ def _decode_turn(graphdef, state, cache, hidden, positions, done, key, sp, *, ma
                    jnp.zeros((n,), jnp.int32), jnp.asarray(positions, jnp.int32), jnp.zeros((), jnp.int32),
                    jnp.array(key, copy=True))
     carry = _carry_on_mesh(carry, mesh)
-    stop_cut = np.full((n,), -1, np.int64)
-    step = 0
-    while step < max_new:
-        step = min(step + chunk, max_new)
-        with jax.set_mesh(mesh):  # as the sampler traces it: the model may pin activation rows to the mesh
-            carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
-        if stop_strings:
-            host_done = to_host(carry.done).copy()
-            toks, lens = to_host(carry.tokens), to_host(carry.lengths)
-            rows = [i for i in range(n) if stop_cut[i] < 0 and not done[i]]
-            cuts = cut_at_stop_strings(toks[rows], lens[rows], stop_strings, tokenizer.decode)
-            newly = [(r, c) for r, c in zip(rows, cuts) if c is not None]
-            for r, c in newly:
-                stop_cut[r] = c
-            if newly:
-                host_done[[r for r, _ in newly]] = True
-                carry = carry._replace(done=_on_mesh(host_done, mesh))
-        if bool(to_host(carry.done).all()):
-            break
-    toks = to_host(carry.tokens).copy()
-    lp, slp = to_host(carry.logprobs).copy(), to_host(carry.sampling_logprobs).copy()
-    lens, finish = to_host(carry.lengths).copy(), to_host(carry.finish).copy()
-    for r in np.nonzero(stop_cut >= 0)[0]:
-        c = int(stop_cut[r])
-        if finish[r] == FINISH_EOS and lens[r] <= c:  # a stop id before the delimiter ended the row first
-            continue
-        lens[r], finish[r] = c, FINISH_STOP
+    carry, (toks, lp, slp, lens, finish) = decode_loop(
+        graphdef, state, carry, sp, mesh, max_new_tokens=max_new, chunk=chunk, stop_strings=stop_strings,
+        decode_text=tokenizer.decode, live=~np.asarray(done), pad_id=pad_id)
     return carry.cache, carry.hidden, toks, lp, slp, lens, finish
 
 

@@ -260,6 +260,51 @@ def initial_carry(cache: KVCache, last, lengths, n_prompts: int, num_samples: in
     return _carry_on_mesh(carry, mesh)
 
 
+def decode_loop(graphdef, state, carry: _Carry, sp, mesh, *, max_new_tokens: int, chunk: int, stop_strings,
+                decode_text, live: np.ndarray, pad_id: int, progress=None):
+    """`decode` from `carry` for up to `max_new_tokens` steps, in calls of `chunk` steps. Between calls the host
+    cuts each `live` row after the first of `stop_strings` in its text (`decode_text(ids)`) and marks it done; a
+    stop id earlier than the stop string wins. Returns (the final carry, host (tokens, logprobs,
+    sampling_logprobs, lengths, finish)) with a cut row's tail set to `pad_id` and 0 and its finish FINISH_STOP."""
+    n = live.shape[0]
+    stop_cut = np.full((n,), -1, np.int64)
+    step = 0
+    while step < max_new_tokens:
+        step = min(step + chunk, max_new_tokens)
+        with jax.set_mesh(mesh):  # traced under the mesh: the model pins its activations' rows to it
+            carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
+        if progress is not None:
+            progress(int(carry.step), max_new_tokens)
+        if stop_strings:
+            host_done = _host(carry.done).copy()
+            toks, lens = _host(carry.tokens), _host(carry.lengths)
+            rows = [i for i in range(n) if stop_cut[i] < 0 and live[i]]
+            cuts = cut_at_stop_strings(toks[rows], lens[rows], stop_strings, decode_text)
+            newly = [(r, c) for r, c in zip(rows, cuts) if c is not None]
+            for r, c in newly:
+                stop_cut[r] = c
+            if newly:
+                host_done[[r for r, _ in newly]] = True
+                carry = carry._replace(done=_on_mesh(host_done, mesh))
+        if bool(_host(carry.done).all()):
+            break
+    out_tokens = _host(carry.tokens).copy()
+    out_lp = _host(carry.logprobs).copy()
+    out_slp = _host(carry.sampling_logprobs).copy()
+    out_len = _host(carry.lengths).copy()
+    finish = _host(carry.finish).copy()
+    for r in np.nonzero(stop_cut >= 0)[0]:
+        c = int(stop_cut[r])
+        if finish[r] == FINISH_EOS and out_len[r] <= c:  # the stop id ended the row first
+            continue
+        out_tokens[r, c:] = pad_id
+        out_lp[r, c:] = 0.0
+        out_slp[r, c:] = 0.0
+        out_len[r] = c
+        finish[r] = FINISH_STOP
+    return carry, (out_tokens, out_lp, out_slp, out_len, finish)
+
+
 def _host(x) -> np.ndarray:
     return to_host(x)
 
@@ -309,43 +354,11 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     stop_arr = jnp.asarray(stop_token_ids + [-1] * (_MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
     sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
     sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
-    stop_cut = np.full((n,), -1, np.int64)
-    step = 0
     chunk = max_new_tokens if not stop_strings and progress is None else max(1, chunk_steps)
-    while step < max_new_tokens:
-        step = min(step + chunk, max_new_tokens)
-        with jax.set_mesh(mesh):
-            carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
-        if progress is not None:
-            progress(int(carry.step), max_new_tokens)
-        if stop_strings:
-            host_done = _host(carry.done).copy()
-            toks, lens = _host(carry.tokens), _host(carry.lengths)
-            rows = [i for i in range(n) if stop_cut[i] < 0 and i < n_prompts * num_samples]
-            cuts = cut_at_stop_strings(toks[rows], lens[rows], stop_strings, tokenizer.decode)
-            newly = [(r, c) for r, c in zip(rows, cuts) if c is not None]
-            for r, c in newly:
-                stop_cut[r] = c
-            if newly:
-                host_done[[r for r, _ in newly]] = True
-                carry = carry._replace(done=_on_mesh(host_done, mesh))
-        if bool(_host(carry.done).all()):
-            break
-    out_tokens = _host(carry.tokens).copy()
-    out_lp = _host(carry.logprobs).copy()
-    out_slp = _host(carry.sampling_logprobs).copy()
-    out_len = _host(carry.lengths).copy()
-    finish = _host(carry.finish).copy()
-    for r in np.nonzero(stop_cut >= 0)[0]:
-        c = int(stop_cut[r])
-        # A stop id earlier than the stop string wins (it ended the row first).
-        if finish[r] == FINISH_EOS and out_len[r] <= c:
-            continue
-        out_tokens[r, c:] = pad_id
-        out_lp[r, c:] = 0.0
-        out_slp[r, c:] = 0.0
-        out_len[r] = c
-        finish[r] = FINISH_STOP
+    _, out = decode_loop(graphdef, state, carry, sp, mesh, max_new_tokens=max_new_tokens, chunk=chunk,
+                         stop_strings=stop_strings, decode_text=tokenizer.decode if stop_strings else None,
+                         live=np.arange(n) < n_prompts * num_samples, pad_id=pad_id, progress=progress)
+    out_tokens, out_lp, out_slp, out_len, finish = out
     keep = n_prompts * num_samples
     return SampleOutput(out_tokens[:keep], out_lp[:keep], out_slp[:keep], out_len[:keep], finish[:keep],
                         np.repeat(np.arange(n_prompts, dtype=np.int32), num_samples))
