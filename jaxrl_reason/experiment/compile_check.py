@@ -403,8 +403,10 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
         what = "reference scoring" if reference else "pi_old scoring"
         # Beside it live the policy's params and optimizer state (the reference params are its argument); CURE's
         # pi_old recomputation takes the policy's params and leaves the optimizer state beside it.
+        # A LoRA policy's reference is its own base weights: only the adapters live beside them.
+        beside = p_bytes - _per_device_bytes(ref_params) if lora_on else p_bytes
         exes.append(Executable(what, lambda: scorer.lower(ref_params, score_batch, ref_scored), fwd,
-                               (p_bytes + o_bytes) if reference else o_bytes,
+                               (beside + o_bytes) if reference else o_bytes,
                                note=f"{rows} rows x {length} tokens"))
     exes.append(Executable("update", lambda: update.lower(params, opt_state, batch, scored), 3 * fwd, ref_bytes,
                            epochs, note=f"{rows} rows x {length} tokens, {shapes.micro_batches} micro-batches"))
