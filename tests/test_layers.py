@@ -14,6 +14,7 @@ LAYERS = (
     ("models",),
     ("parallel",),
     ("sampling",),
+    ("rollout",),  # multi-turn sampling with tools, over the sampler
     ("rl",),
     ("inference",),
     ("methods",),
