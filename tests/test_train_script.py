@@ -26,7 +26,8 @@ def data_of(cfg):
 def test_heldout_is_exact_and_disjoint(heldout):
     cfg = tiny_default()
     cfg.data.train_size, cfg.data.heldout_size = 600, heldout
-    train, held, _, _ = data_of(cfg)
+    task = data_of(cfg)
+    train, held = task.train, task.heldout
     keys = [question_key(e.question) for e in held]
     assert len(held) == heldout and len(set(keys)) == heldout
     assert not set(keys) & {question_key(e.question) for e in train}

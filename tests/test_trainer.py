@@ -214,7 +214,8 @@ def test_code_config_end_to_end(tmp_path):
     rows = [json.loads(x) for x in open(os.path.join(cfg.workdir, "logs", "metrics.jsonl"))]
     assert rows[0]["verify/rows"] >= 0 and "loss/pg" in rows[0]
     # the reference programs the SFT saw really pass their tests in the sandbox
-    train, _, reward_fn, prompt_fn = build_data(read_run_config(cfg).data, cfg.seed)
+    task = build_data(read_run_config(cfg).data, cfg.seed)
+    train, reward_fn, prompt_fn = task.train, task.reward_fn, task.prompt_fn
     res = reward_fn([e.solution for e in train[:8]], train[:8])
     assert float(np.mean(res.scores)) == 1.0
     assert "```python" in prompt_fn("Write f.")

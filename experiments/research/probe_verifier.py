@@ -251,7 +251,7 @@ def main():
                                      "has finished its warm-up")
         os.makedirs(workdir, exist_ok=True)
         task = build_data(rc.data, rc.seed)
-        train, heldout, reward_fn, prompt_fn = task
+        train, heldout, reward_fn, prompt_fn = task.train, task.heldout, task.reward_fn, task.prompt_fn
         tokenizer = build_tokenizer(rc, train, workdir, prompt_fn)
         t = time.time()
         model, _ = warmed_up_policy(rc, tokenizer, task, workdir)  # the SFT model, cached in the workdir
