@@ -241,7 +241,8 @@ def row_temperatures(task_ids: jax.Array, temperatures: Optional[Sequence[float]
 
 def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, chunk_size: Optional[int] = None,
                    scored: Optional[int] = None, row_groups: int = 1,
-                   temperature: float | tuple[float, ...] = 1.0, value_tasks: Optional[tuple[int, ...]] = None):
+                   temperature: float | tuple[float, ...] = 1.0, value_tasks: Optional[tuple[int, ...]] = None,
+                   dropout_key=None):
     """Per-token log-probs and entropy in TokenBatch layout, from final hidden states, never materialising more
     than a `chunk_size` slice of the [B, T, V] logits. Returns (log-probs, entropy, fits), and with `value_tasks`
     (log-probs, entropy, fits, values).
@@ -255,13 +256,15 @@ def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, c
     value_tasks: the task ids of value rows (PPO's critic targets, `rl.losses.value_task_ids`), or None: the model's
     value head runs on the same final hidden states, or its separate critic on the same tokens (`model_values`;
     [B, T] values in TokenBatch layout: V(s_t) of the state that emits target t sits where its log-prob does),
-    and the LM head skips the value rows' positions."""
+    and the LM head skips the value rows' positions.
+    dropout_key: the training forward's key for a LoRA policy's adapter dropout (`models.qwen2.Linear.adapter`);
+    None scores without dropout (pi_old, the reference, evaluation)."""
     model = nnx.merge(graphdef, params)
     given = batch
     if isinstance(batch, SharedPrefixBatch):
-        h, batch = _shared_prefix_hidden(model, batch), batch.rows
+        h, batch = _shared_prefix_hidden(model, batch, dropout_key), batch.rows
     else:
-        h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
+        h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids, dropout_key=dropout_key)
     trained = batch.loss_mask != 0
     if value_tasks is not None:
         values = align_to_targets(model_values(model, given, h))
@@ -308,12 +311,12 @@ def model_values(model, batch: TokenBatch | SharedPrefixBatch, h: Optional[jax.A
     return model.values_from_hidden(h)
 
 
-def _shared_prefix_hidden(model, batch: SharedPrefixBatch):
+def _shared_prefix_hidden(model, batch: SharedPrefixBatch, dropout_key=None):
     """Hidden states [rows, 1 + suffix_time, H] of `batch.rows`; column 0's is its prefix's last one."""
     rows = batch.rows
     h_prefix, h_suffix = model.shared_prefix_hidden_states(
         batch.prefix_tokens, batch.prefix_positions, batch.prefix_valid, batch.prefix_index,
-        rows.tokens[:, 1:], rows.positions[:, 1:], rows.segment_ids[:, 1:] != 0)
+        rows.tokens[:, 1:], rows.positions[:, 1:], rows.segment_ids[:, 1:] != 0, dropout_key=dropout_key)
     last = jnp.maximum(batch.prefix_valid.sum(axis=-1) - 1, 0)[batch.prefix_index]
     return jnp.concatenate([h_prefix[batch.prefix_index, last][:, None], h_suffix], axis=1)
 
