@@ -5,6 +5,10 @@ an unrolled forward."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,3 +168,49 @@ def test_a_lora_policy_compiles_with_adapter_only_optimizer_state_and_no_referen
     assert m["opt_state_bytes"] < full["opt_state_bytes"] / 4
     rows = {r["name"]: r for r in lora["executables"]}
     assert set(rows) == {"update", "reference scoring"} and all(r["fits"] for r in rows.values())
+
+
+# ------------------------------------------------------------------------------------------------ NVIDIA GPU targets
+# The CUDA PJRT plugin (jax-cuda12-plugin) compiles for an H100 with no GPU. It is kept out of the test environment
+# (it would try CUDA in every JAX process): .ci/run installs it in a venv over this one's packages and names that
+# venv's python in JAXRL_CUDA_PYTHON; the compile runs there, through the script.
+CUDA_PYTHON = os.environ.get("JAXRL_CUDA_PYTHON") or (sys.executable if cc.cuda_plugin_available() else None)
+needs_cuda_plugin = pytest.mark.skipif(CUDA_PYTHON is None, reason="no python with jax-cuda12-plugin "
+                                       "(set JAXRL_CUDA_PYTHON, as .ci/run does)")
+
+
+@needs_cuda_plugin
+def test_update_and_decode_compile_for_h100_without_a_gpu(tmp_path):
+    out = tmp_path / "gpu"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    proc = subprocess.run([CUDA_PYTHON, str(ROOT / "experiments" / "launch" / "compile_tpu.py"), "--config", TINY,
+                           "--topology", "h100:2", "--only", "update,rollout decode", "--out", str(out), *SMALL],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((out / "compile_tpu.json").read_text())
+    m = res["meta"]
+    assert "H100" in m["device_kind"] and m["devices"] == 2 and m["hbm_gib"] == 80
+    assert m["chip"]["name"] == "NVIDIA H100 SXM"
+    rows = {r["name"]: r for r in res["executables"]}
+    assert set(rows) == {"rollout decode", "update"}
+    for r in rows.values():
+        mem = r["memory"]
+        assert mem["argument"] > 0 and mem["output"] > 0 and r["fits"] and r["roofline_s"] > 0
+    upd = rows["update"]
+    assert upd["memory"]["alias"] >= m["params_bytes"] + m["opt_state_bytes"] - 1024  # donated, as on TPU
+    # XLA's GPU compiler gives no cost analysis: the update's roofline is FLOPs-only and says so; the decode's
+    # bytes are the roofline's own.
+    assert upd["compiler_bytes"] is None and upd["roofline_bytes"] is None
+    assert rows["rollout decode"]["roofline_bytes"] > 0
+    assert "no cost analysis" in (out / "compile_tpu.md").read_text()
+    # an impossible device memory is a DOES NOT FIT, as on TPU
+    proc = subprocess.run([CUDA_PYTHON, str(ROOT / "experiments" / "launch" / "compile_tpu.py"), "--config", TINY,
+                           "--topology", "h100:2", "--only", "update", "--hbm-gb", "0.0001", "--out",
+                           str(tmp_path / "tiny"), *SMALL], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("topology", ["b200:8", "h100:", "h100-8"])
+def test_a_bad_gpu_topology_names_the_gpu_form(topology):
+    with pytest.raises(cc.CompileCheckError, match=r"CHIP:\[NODESx\]GPUS.*h100"):
+        cc.topology_devices(topology)

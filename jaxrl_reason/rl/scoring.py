@@ -24,8 +24,10 @@ from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.models.qwen2 import Qwen2, dense, positions_from_mask, split_rows
 from jaxrl_reason.parallel.mesh import batch_shards, resolve_mesh, to_host
 from jaxrl_reason.parallel.rules import BATCH, shard_batch
-from jaxrl_reason.rl.batch import TASKS, TokenBatch, build_token_batch, pad_rows_to
+from jaxrl_reason.rl.batch import (TASKS, TokenBatch, build_token_batch, pad_rows_to, stack_micro_batches,
+                                   unstack_micro_batches)
 from jaxrl_reason.rl.prefix import SharedPrefixBatch
+from jaxrl_reason.rl.prefix import stack_micro_batches as stack_shared_micro_batches
 
 # ----------------------------------------------------------------------------------------------------------------
 # Log-probs and entropy from logits or hidden states (float32 math, optionally chunked over time)
@@ -336,15 +338,31 @@ def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, 
 
 
 def reference_scorer(graphdef, mesh: Mesh, *, chunk_size: Optional[int] = None,
-                     temperature: float | tuple[float, ...] = 1.0) -> Callable:
+                     temperature: float | tuple[float, ...] = 1.0, micro_batches: int = 1) -> Callable:
     """`reference_logprobs` compiled for `mesh`: `score(params, batch, scored)` with `batch` split by rows over the
     mesh's batch shards (each shard gathering its own scored positions, as the update does), traced under the
     mesh so the model keeps every row on its device, and the log-probs returned in the same row layout, ready to
-    sit in the batch the update takes. `score.lower(...)` lowers it the same way."""
+    sit in the batch the update takes. `score.lower(...)` lowers it the same way.
+
+    micro_batches: the update's. The rows are scored one micro-batch at a time, in the update's micro-batch layout
+    (`rl.batch.stack_micro_batches`): `scored` is the update's, sized for one micro-batch's row group, and the
+    forward's activations are a micro-batch's, not the whole batch's (a 7B CURE step's pi_old forward over its
+    whole batch needed 77 of an H100's 80 GiB)."""
     groups = batch_shards(mesh)
-    jitted = jax.jit(lambda p, b, scored: reference_logprobs(graphdef, p, b, chunk_size=chunk_size, scored=scored,
-                                                             temperature=temperature, row_groups=groups),
-                     out_shardings=NamedSharding(mesh, P(BATCH)), static_argnums=(2,))
+
+    def score_rows(p, b, scored):
+        kw = dict(chunk_size=chunk_size, scored=scored, temperature=temperature)
+        if micro_batches == 1:
+            return reference_logprobs(graphdef, p, b, row_groups=groups, **kw)
+        if isinstance(b, SharedPrefixBatch):  # shared prompts: rows are not split over devices (one group)
+            lp = jax.lax.map(lambda mb: reference_logprobs(graphdef, p, mb, **kw),
+                             stack_shared_micro_batches(b, micro_batches))
+            return lp.reshape((-1,) + lp.shape[2:])
+        lp = jax.lax.map(lambda mb: reference_logprobs(graphdef, p, mb, row_groups=groups, **kw),
+                         stack_micro_batches(b, micro_batches, groups))
+        return unstack_micro_batches(lp, groups)
+
+    jitted = jax.jit(score_rows, out_shardings=NamedSharding(mesh, P(BATCH)), static_argnums=(2,))
 
     def score(params, batch, scored=None):
         with jax.set_mesh(mesh):

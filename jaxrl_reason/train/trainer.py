@@ -249,7 +249,7 @@ class Trainer:
         # Pinned to the batch layout so the update's row-split input sharding matches without a reshard; the LM
         # head runs where the KL term reads it, each row group gathering its own positions as the update does.
         self._ref_logprobs = reference_scorer(ref_graphdef, self.mesh, chunk_size=config.logprob_chunk,
-                                              temperature=ref_temps)
+                                              temperature=ref_temps, micro_batches=config.micro_batches)
         self.data = DataIterator(list(train_examples), config.prompts_per_step, seed=config.seed)
         self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
         self.writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=pmesh.is_main_process())
