@@ -11,7 +11,6 @@ format penalty and the fixed verdict advantage to dominate the critique task ear
 """
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default
 from jaxrl_reason.methods import method_knobs
-from jaxrl_reason.methods.cure import PAPER_LOSS
 
 
 def get_config():
@@ -23,9 +22,8 @@ def get_config():
     c.model.max_position_embeddings = 1024
 
     c.method.name = "cure"
-    # The paper run's loss: token-mean aggregation, clip 0.2 / 0.28, dual-clip 10, no KL (methods.cure.PAPER_LOSS).
-    for knob in ("aggregation", "eps_low", "eps_high", "dual_clip", "beta"):
-        setattr(c.method, knob, getattr(PAPER_LOSS, knob))
+    # the loss is CURE's own, the paper run's (token-mean aggregation, clip 0.2 / 0.28, dual-clip 10, no KL:
+    # methods.cure.PAPER_LOSS, its class's default_loss)
     c.method.extra = method_knobs("cure")
     c.method.extra.critique_max_new_tokens = 48  # a compact arithmetic critique; the paper's 384 is for math prose
 

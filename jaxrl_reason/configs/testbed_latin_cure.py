@@ -13,15 +13,13 @@ guided re-solves) to 2 CPU cores: 8 prompts x K = 4 solves, every CURE knob at i
 """
 from jaxrl_reason.configs.testbed_latin import get_config as testbed_latin
 from jaxrl_reason.methods import method_knobs
-from jaxrl_reason.methods.cure import PAPER_LOSS
 
 
 def get_config():
     c = testbed_latin()
     c.workdir = "runs/testbed_latin_cure"
     c.method.name = "cure"
-    for knob in ("aggregation", "eps_low", "eps_high", "dual_clip", "beta"):
-        setattr(c.method, knob, getattr(PAPER_LOSS, knob))
+    # the loss is CURE's own, the paper run's (methods.cure.PAPER_LOSS)
     c.method.extra = method_knobs("cure")
     # a latin_square critique after its verdict line is up to ~112 tokens under this BPE (183 under the task-text
     # one); the run refuses a budget that cuts it (experiment.pipeline.check_critique_budget)

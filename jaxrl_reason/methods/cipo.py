@@ -27,7 +27,7 @@ each with a knob (docs/methods/cipo.md).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -161,7 +161,7 @@ class CIPO(GRPO):
     name = "cipo"
     tasks = ("solve", "correct")
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  correction_samples: int = 4, replay_prompts: int = 0, rho_init: float = 0.5, rho_min: float = 0.1,
                  rho_max: float = 0.9, rho_step: float = 0.05, tau_low: float = 0.6, tau_high: float = 0.9,
                  delta: float = 0.1, window: int = 8, drop_test: str = "step", alpha: float = 2.0,
@@ -189,7 +189,7 @@ class CIPO(GRPO):
                               it: such groups' advantages grow alpha-fold against the others'
         """
         super().__init__(estimator, loss, **kwargs)
-        if loss.overlong_buffer or loss.overlong_filter:
+        if self.loss.overlong_buffer or self.loss.overlong_filter:
             raise ValueError("cipo does not apply DAPO's overlong shaping or filter to correction rows; set "
                              "method.overlong_buffer=0 and method.overlong_filter=False")
         if int(correction_samples) < 2:

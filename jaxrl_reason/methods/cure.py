@@ -271,8 +271,9 @@ class CURE(GRPO):
     # drops them, must be refused (the trainer checks this).
     uses_zero_signal_groups = True
     removed_knobs = REMOVED_KNOBS  # read_method_config names the replacement of a removed method.extra key
+    default_loss = PAPER_LOSS
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PAPER_LOSS, *,
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  guided_samples: int = 4, critique_batch_size: int = 0, critique_acc_range=(0.0, 0.9),
                  critique_zero_pass_floor: float = 0.125, replay_acc_range=(0.0, 0.0),
                  max_replay_per_query: int = 0, critique_advantage_scale: float = 2.0,
@@ -302,13 +303,13 @@ class CURE(GRPO):
                                    (solve: 1); per_task only
         rescore_rows / rescore_chunk: rows per forward and time chunk (0 = none) when recomputing pi_old
         """
-        if loss.overlong_buffer or loss.overlong_filter:
-            raise ValueError("cure does not apply DAPO's overlong shaping or filter (its critique and guided rows "
-                             "have their own budgets); set method.overlong_buffer=0 and method.overlong_filter=False")
         removed = sorted(set(estimator_kwargs) & set(REMOVED_KNOBS))
         if removed:
             raise ValueError("; ".join(f"cure {k} was removed: {REMOVED_KNOBS[k]}" for k in removed))
         super().__init__(estimator, loss, **estimator_kwargs)
+        if self.loss.overlong_buffer or self.loss.overlong_filter:
+            raise ValueError("cure does not apply DAPO's overlong shaping or filter (its critique and guided rows "
+                             "have their own budgets); set method.overlong_buffer=0 and method.overlong_filter=False")
         if int(guided_samples) < 1:
             raise ValueError(f"cure guided_samples (M) must be >= 1, got {guided_samples}")
         if int(critique_max_new_tokens) < 1:

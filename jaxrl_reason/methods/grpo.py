@@ -141,12 +141,16 @@ class GRPO:
         for t in cls.tasks:
             register_task(t)
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), **estimator_kwargs):
+    # The loss the method trains when its config sets none (`loss=None`): a method brings its paper's loss, so
+    # `method.name=cure` on a config written for GRPO trains CURE's, not GRPO's (`methods.method_loss`).
+    default_loss = PolicyLossConfig()
+
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, **estimator_kwargs):
         if estimator not in adv_lib.ESTIMATORS:
             raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {sorted(adv_lib.ESTIMATORS)}")
         self.estimator = estimator
         self.estimator_kwargs = estimator_kwargs
-        self.loss = loss
+        self.loss = self.default_loss if loss is None else loss
 
     def terms(self) -> tuple[TermSpec, ...]:
         return self.loss.terms(("solve",))

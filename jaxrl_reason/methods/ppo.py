@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -122,7 +122,7 @@ class PPO(GRPO):
     name = "ppo"
     tasks = ("solve", VALUE_TASK)
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *, gamma: float = 1.0,
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *, gamma: float = 1.0,
                  lam: float = 1.0, whiten: str = "masked_batch", value_coef: float = 0.1, value_clip: float = 0.2,
                  value_rows_per_call: int = 32, critic: str = "head", critic_init: str = "policy",
                  critic_lr_scale: float = 1.0, **estimator_kwargs):
