@@ -278,7 +278,7 @@ def main():
                             lr=args.verify_lr, samples_per_question=args.samples,
                             max_new_tokens=rc.rl.max_new_tokens, temperature=temperature,
                             holdout_frac=args.holdout, seed=rc.seed, progress=False, prompt_fn=prompt_fn,
-                            balance=args.balance, contrast_fn=verify_contrast_fn(rc, args.contrast))
+                            balance=args.balance, contrast_fn=verify_contrast_fn(rc, args.contrast), warmup_steps=10)
         curve = nll_by_tenth(res["history"])
         probe_s = time.time() - t
         vote = votes(model, tokenizer, heldout, args, rc, temperature)

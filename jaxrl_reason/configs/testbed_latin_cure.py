@@ -22,7 +22,7 @@ def get_config():
     # the loss is CURE's own, the paper run's (methods.cure.PAPER_LOSS)
     c.method.extra = method_knobs("cure")
     # a latin_square critique after its verdict line is up to ~112 tokens under this BPE (183 under the task-text
-    # one); the run refuses a budget that cuts it (experiment.pipeline.check_critique_budget)
+    # one); the run refuses a budget that cuts it (methods.cure.CURE.check)
     c.method.extra.critique_max_new_tokens = 160
     # The warm-up (docs/results/cure_testbed.md, seed 0): 25% critique rows in the SFT left a 15% solver; under the
     # task-text BPE a critique is spelt from 1-3-character pieces (up to 183 tokens) and none came out well-formed.

@@ -32,6 +32,7 @@ from typing import NamedTuple, Optional, Sequence
 import numpy as np
 
 from jaxrl_reason.data.prompts import SOLVE_INSTRUCTION, replay_correction_prompt
+from jaxrl_reason.data.testbed import correction_target, injected_wrong, task_of
 from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages, solve_rows
 from jaxrl_reason.methods.rlv import RLV
@@ -227,6 +228,25 @@ class CIPO(GRPO):
             raise ValueError(f"cipo correction_estimator={correction_estimator!r} is unknown; use '' (the method's) "
                              f"or one of {sorted(adv_lib.ESTIMATORS)}")
         self.correction_estimator = correction_estimator
+
+    def check(self, config, task, tokenizer) -> None:
+        """Fails before any training when corrections open with the worked check (data.correction_format
+        "worked_check") and a correction gets fewer new tokens than a check and a worked solution take under this
+        tokenizer: every correction would be cut before its answer and score 0."""
+        super().check(config, task, tokenizer)
+        data = config.data
+        if data.correction_format == "solution":
+            return
+        budget = self.correction_max_new_tokens or config.rl.max_new_tokens
+        tb, rng = task_of(data.source), np.random.default_rng(config.seed)
+        need = max((len(tokenizer.encode(correction_target(tb, e.question, injected_wrong(tb, e, rng)[0], e.solution,
+                                                           data.correction_format))) for e in task.train[:32]),
+                   default=0)
+        if need > budget:
+            raise ValueError(f"config method.extra.correction_max_new_tokens={budget} (0 = rl.max_new_tokens) is "
+                             f"shorter than a {data.source} correction that opens with the worked check under this "
+                             f"tokenizer (up to {need} tokens): such corrections would be cut before their answer; "
+                             f"set it to at least {need}")
 
     def terms(self) -> tuple[TermSpec, ...]:
         l = self.loss
