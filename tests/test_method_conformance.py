@@ -29,10 +29,11 @@ from jaxrl_reason.train.trainer import Trainer, TrainerConfig, render_solve_prom
 from tests.tiny import ARITH, arith_tokenizer, tiny_model
 
 NAMES = sorted(METHODS)
+MAX_NEW_TOKENS = 12
 # Smaller budgets for the methods that generate more than the step's rollouts (critiques, guided re-solves,
 # corrections, Monte-Carlo continuations): speed only. A method missing here runs at its defaults.
 SMALL = {
-    "cure": {"critique_max_new_tokens": 8, "guided_samples": 2, "critique_batch_size": 4},
+    "cure": {"critique_max_new_tokens": 8, "guided_max_new_tokens": 8, "guided_samples": 2, "critique_batch_size": 4},
     "cipo": {"correction_samples": 2, "correction_max_new_tokens": 8},
     "cipo_v": {"correction_samples": 2, "correction_max_new_tokens": 8},
     "vineppo": {"vine_samples": 2, "max_steps": 2},
@@ -97,15 +98,16 @@ def parity_reward(texts, examples):
 
 
 def fake_rollouts(tokenizer, examples, prompt_fn) -> Rollouts:
-    """Per question, its worked solution (reward 1) and another question's (reward 0), as a sampler would return
+    """Per question, its boxed answer (reward 1) and another question's (reward 0), as a sampler would return
     them: stop token included, a log pi_old per token."""
-    g = 2
     prompts = render_solve_prompts(tokenizer, [e.question for e in examples], prompt_fn)
     texts, completions = [], []
     for i, e in enumerate(examples):
-        for text in (e.solution, examples[(i + 1) % len(examples)].solution):
+        for other in (e, examples[(i + 1) % len(examples)]):
+            text = f"\\boxed{{{other.answer}}}"
             texts.append(text)
             completions.append(tokenizer.encode(text) + [tokenizer.stop_ids[0]])
+    assert max(map(len, completions)) <= MAX_NEW_TOKENS, max(map(len, completions))
     logprobs = [np.full(len(c), -1.5, np.float32) for c in completions]
     rewards = np.tile(np.array([[1.0, 0.0]], np.float32), (len(examples), 1))
     return Rollouts(list(examples), prompts, completions, logprobs, texts, rewards, ["eos"] * len(texts),
@@ -117,11 +119,13 @@ def tokenizer(tmp_path_factory):
     return arith_tokenizer(tmp_path_factory.mktemp("tok"))
 
 
+@pytest.mark.slow  # ~30 s a method on 2 shared cores: a compile of the update and the sampler each
 @pytest.mark.parametrize("name", NAMES)
 def test_rows_from_a_fake_rollout_train_one_step_and_the_state_round_trips_a_checkpoint(name, tokenizer, tmp_path):
     section = {"name": name, "extra": SMALL.get(name, {})}
     method = make_method(section)
-    cfg = TrainerConfig(steps=1, prompts_per_step=2, samples_per_prompt=2, max_new_tokens=8, lr=1e-2,
+    # the budget holds the fake completions, as it holds any sampled one (VinePPO continues them within it)
+    cfg = TrainerConfig(steps=1, prompts_per_step=2, samples_per_prompt=2, max_new_tokens=MAX_NEW_TOKENS, lr=1e-2,
                         checkpoint_every=1, progress=False, seed=3)
     trainer = Trainer(tiny_model(tokenizer, seed=1, max_positions=1024), tokenizer, method,
                       arithmetic_examples(16, seed=4, config=ARITH), parity_reward, cfg, str(tmp_path))
