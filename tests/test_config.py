@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from jaxrl_reason.configs import load_config_file
+from jaxrl_reason.configs import config_path, load_config_file
 from jaxrl_reason.configs.rlv import get_config as rlv
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default
 from jaxrl_reason.experiment.config import RunConfig, default_config, read_run_config
@@ -107,7 +107,7 @@ def test_the_trainer_script_stops_on_a_misspelt_knob_within_seconds(tmp_path):
 def test_every_trainer_field_is_a_knob_of_the_rl_section_and_settable_from_the_command_line():
     fields = {f.name for f in dataclasses.fields(TrainerConfig)} - {"seed"}  # the run's top-level seed
     assert set(default_config().rl) == fields
-    path = os.path.join(ROOT, "experiments", "configs", "tiny_default.py")
+    path = config_path("tiny_default")
     cfg = load_config_file(path, ["--config.rl.keep_checkpoints=5", "--config.rl.logprob_chunk=256",
                                   "--config.rl.eval_max_new_tokens=32", "--config.rl.shuffle_mini_batches=False",
                                   "--config.rl.head_at_trained_only=False", "--config.rl.log_every=3",

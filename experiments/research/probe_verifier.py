@@ -33,11 +33,12 @@ import time
 # the repository root, so the script runs from a checkout without the editable install
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from jaxrl_reason.configs import PRESET_DIR  # noqa: E402
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIGS = PRESET_DIR
 
 _STEP_RE = re.compile(r"(-?\d+) ([+\-*]) (-?\d+) = (-?\d+)")
 _BOX_RE = re.compile(r"\\boxed\{(-?\d+)\}")

@@ -1,8 +1,8 @@
 """CURE (METHODS.md §3) on the CPU default task: solve, critique with a teacher-forced verdict, guided
 re-exploration from the critique's hint, replay of guided successes into zero-pass solve groups.
 
-    python experiments/train.py --config experiments/configs/cure.py
-    python experiments/train.py --config experiments/configs/cure.py --config.rl.steps=2 --config.sft.steps=20
+    python experiments/train.py --config jaxrl_reason/configs/cure.py
+    python experiments/train.py --config jaxrl_reason/configs/cure.py --config.rl.steps=2 --config.sft.steps=20
 
 Every CURE knob is `method.extra.<knob>` at the paper run's / the authors' default (their meanings: the
 constructor of jaxrl_reason/methods/cure.py; the choices: docs/methods/cure.md); below is only what this run sets

@@ -5,7 +5,7 @@ trains it (the paper starts from instruct models that already follow such prompt
 guidance before the problem (`guided_layout = "first"`, a [choice]: docs/methods/cure.md). The CURE-vs-GRPO
 comparison runs it through
 
-    python experiments/research/bench_cure.py --config experiments/configs/testbed_latin_cure.py
+    python experiments/research/bench_cure.py --config jaxrl_reason/configs/testbed_latin_cure.py
 
 Knobs scaled from the paper's run (METHODS.md §3: 128 prompts x K = 4 solves, a critique batch of 256, M = 4
 guided re-solves) to 2 CPU cores: 8 prompts x K = 4 solves, every CURE knob at its default otherwise
