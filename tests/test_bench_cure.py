@@ -110,13 +110,13 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import refine_probe  # noqa: E402
-from jaxrl_reason.configs import load_config_file  # noqa: E402
+from jaxrl_reason.configs import config_path, load_config_file
 from jaxrl_reason.data.prompts import critique_prompt, guided_prompt, solve_prompt  # noqa: E402
 from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer  # noqa: E402
 from jaxrl_reason.rewards.base import RewardResult  # noqa: E402
 
 HINT = "write each row again and check that no digit repeats in it before you give the answer"
-CONFIG = os.path.join(os.path.dirname(RESEARCH), "configs", "cure.py")
+CONFIG = config_path("cure")
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ def test_refine_probe_critiques_the_attempts_it_is_given_and_splits_their_checks
     examples = [e, e]
     task = types.SimpleNamespace(prompt_fn=solve_prompt,
                                  reward_fn=lambda texts, exs: reward(latin, texts, exs))
-    cfg = load_config_file(os.path.join(os.path.dirname(RESEARCH), "configs", "testbed_latin_cure_check.py"))
+    cfg = load_config_file(config_path("testbed_latin_cure_check"))
     c = refine_probe.probe(cfg, None, tokenizer, examples, task, generate=generate, initial=[right, wrong],
                            initial_tokens=[5, 5])
     assert drawn[:2] == ["critique", "critique"]  # no round-0 solve: the attempts were given

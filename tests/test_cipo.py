@@ -11,6 +11,7 @@ import optax
 import pytest
 from flax import nnx
 
+from jaxrl_reason.configs import PRESET_DIR
 from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.data.prompts import (CODE_INSTRUCTION, SOLVE_INSTRUCTION, correction_prompt,
                                        replay_correction_prompt, solve_prompt)
@@ -292,7 +293,7 @@ def test_trainer_logs_both_streams_and_rho_and_resumes_rho_bit_exactly(tokenizer
 # ------------------------------------------------------------------------------------------ configs
 
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "configs")
+CONFIGS = PRESET_DIR
 
 
 @pytest.mark.parametrize("name", ["cipo.py", "cipo_code.py", "cipo_v.py", "cipo_qwen3_4b_math.py",

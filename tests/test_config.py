@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from jaxrl_reason.configs import load_config_file
+from jaxrl_reason.configs import config_path, load_config_file
 from jaxrl_reason.configs.rlv import get_config as rlv
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default
 from jaxrl_reason.experiment.config import RunConfig, default_config, read_run_config
@@ -107,7 +107,7 @@ def test_the_trainer_script_stops_on_a_misspelt_knob_within_seconds(tmp_path):
 def test_every_trainer_field_is_a_knob_of_the_rl_section_and_settable_from_the_command_line():
     fields = {f.name for f in dataclasses.fields(TrainerConfig)} - {"seed"}  # the run's top-level seed
     assert set(default_config().rl) == fields
-    path = os.path.join(ROOT, "experiments", "configs", "tiny_default.py")
+    path = config_path("tiny_default")
     cfg = load_config_file(path, ["--config.rl.keep_checkpoints=5", "--config.rl.logprob_chunk=256",
                                   "--config.rl.eval_max_new_tokens=32", "--config.rl.shuffle_mini_batches=False",
                                   "--config.rl.head_at_trained_only=False", "--config.rl.log_every=3",
@@ -133,3 +133,44 @@ def test_defaults_are_written_once():
                        "eval_every", "eval_batch_size"}
     assert dict(rlv().method.extra) == {"verify_weight": 1.0, "balance": "subsample", "max_verify_rows": 0,
                                         "measure_verifier": True}  # RLV's constructor defaults
+
+
+def test_a_method_brings_its_own_loss():
+    """`method.name=cure` on a config that sets no loss trains CURE's paper loss (the class's `default_loss`), not
+    GRPO's; a loss knob the config sets replaces that one knob of it; naming another policy loss starts that
+    loss's own knobs from their defaults."""
+    from jaxrl_reason.methods import METHODS, MethodConfig, method_loss
+    from jaxrl_reason.methods.cure import CURE, PAPER_LOSS
+    from jaxrl_reason.methods.grpo import PolicyLossConfig
+
+    assert CURE.default_loss == PAPER_LOSS != PolicyLossConfig()
+    for spelt in ({"name": "cure"}, MethodConfig(name="cure")):  # a section, or the typed section built by hand
+        assert make_method(spelt).loss == PAPER_LOSS
+    assert make_method({"name": "grpo"}).loss == PolicyLossConfig()
+    cfg = tiny_default()
+    cfg.method.name = "cure"
+    rc = read_run_config(cfg)
+    assert rc.method.loss == dataclasses.replace(PAPER_LOSS, max_len=rc.rl.max_new_tokens)
+    cfg.method.beta, cfg.method.dual_clip = 0.01, 0.0  # set: CURE's loss with these two knobs changed (0 = off)
+    loss = read_run_config(cfg).method.loss
+    assert (loss.beta, loss.dual_clip, loss.eps_high, loss.aggregation) == (0.01, None, 0.28, "token_mean")
+    gspo = method_loss("cure", {"policy_loss": "gspo"})
+    assert gspo.policy_loss == "gspo" and gspo.eps_high == PolicyLossConfig().eps_high and gspo.dual_clip is None
+    assert gspo.aggregation == "token_mean"  # not one of PPO-clip's own knobs: still CURE's
+    assert method_loss("cure", {"policy_loss": "vanilla"}).eps_high == 0.28  # verl's name of CURE's own loss
+    for name, cls in METHODS.items():
+        assert make_method({"name": name}).loss == cls.default_loss, name
+
+
+def test_the_trainer_script_trains_cure_s_own_loss_on_the_grpo_preset():
+    """Through experiments/train.py: the GRPO preset with `--config.method.name=cure` resolves CURE's loss."""
+    from jaxrl_reason.methods.cure import PAPER_LOSS
+
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "train.py"), "--config", "grpo",
+                          "--config.method.name=cure", "--check_only"], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    method = __import__("json").loads(out.stdout)["method"]
+    assert method["name"] == "cure"
+    for knob in ("aggregation", "eps_low", "eps_high", "dual_clip", "beta", "policy_loss"):
+        assert method[knob] == getattr(PAPER_LOSS, knob), knob

@@ -13,6 +13,7 @@ import optax
 import pytest
 from flax import nnx
 
+from jaxrl_reason.configs import PRESET_DIR
 from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.data.prompts import critique_prompt, guided_prompt, solve_prompt
 from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
@@ -494,11 +495,11 @@ def test_one_update_raises_the_replayed_solution_under_the_plain_prompt(built, m
 # ------------------------------------------------------------------------------------------ configs, train
 
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "configs")
+CONFIGS = PRESET_DIR
 
 
 def _configs():
-    """get_config of experiments/configs/cure.py and cure_qwen25_7b_4gpu.py, loaded as train.py loads them."""
+    """get_config of jaxrl_reason/configs/cure.py and cure_qwen25_7b_4gpu.py, loaded as train.py loads them."""
     from jaxrl_reason.configs import load_config_file
 
     return [lambda n=n: load_config_file(os.path.join(CONFIGS, n)) for n in ("cure.py", "cure_qwen25_7b_4gpu.py")]

@@ -20,7 +20,7 @@ LAYERS = (
     ("methods",),
     ("train",),
     ("experiment",),  # what experiments/ shares: the typed run config, data sources, model I/O, warm-ups, a run
-    ("configs",),  # run presets (experiments/configs/ points at them)
+    ("configs",),  # run presets (`python experiments/train.py --config <name>`)
 )
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 

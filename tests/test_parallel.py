@@ -310,10 +310,10 @@ def test_two_processes_with_jax_distributed_match_one_process(tmp_path):
 @pytest.mark.parametrize("name, devices", [("rlv_qwen25_math_1p5b_8gpu", 8), ("rlv_qwen25_math_1p5b_v5e16", 16)])
 def test_launch_configs_fit_their_devices(name, devices):
     """The launch configs' mesh and batch settings, planned for the device count they target, fit its memory."""
-    from jaxrl_reason.configs import load_config_file
+    from jaxrl_reason.configs import config_path, load_config_file
     from jaxrl_reason.models.presets import load_model_config
 
-    c = load_config_file(os.path.join(ROOT, "experiments", "configs", f"{name}.py"))
+    c = load_config_file(config_path(name))
     mesh = dict(zip(("data", "fsdp", "tp"), resolve_mesh_shape(c.parallel.mesh_shape.to_dict(), devices)))
     cfg = load_model_config("qwen2.5-math-1.5b", "float32", c.model.dtype)
     rollouts = c.rl.prompts_per_step * c.rl.samples_per_prompt

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from jaxrl_reason.configs import load_config_file
+from jaxrl_reason.configs import config_path, load_config_file
 from jaxrl_reason.experiment.config import read_run_config
 from jaxrl_reason.parallel import memory
 from jaxrl_reason.parallel.mesh import resolve_mesh_shape
@@ -123,7 +123,7 @@ def test_cure_7b_config_fits_four_80gb_gpus_and_builds_cure():
     the CURE method with its three tasks."""
     from jaxrl_reason.models.presets import load_model_config
 
-    c = load_config_file(os.path.join(ROOT, "experiments", "configs", "cure_qwen25_7b_4gpu.py"))
+    c = load_config_file(config_path("cure_qwen25_7b_4gpu"))
     assert c.method.name == "cure" and c.model.dtype == "bfloat16"
     mesh = dict(zip(("data", "fsdp", "tp"), resolve_mesh_shape(c.parallel.mesh_shape.to_dict(), 4)))
     cfg = load_model_config("qwen2.5-7b-instruct", c.model.dtype, c.model.compute_dtype or c.model.dtype)
@@ -157,11 +157,11 @@ def test_preflight_plans_a_config_and_run_sh_stops_when_it_does_not_fit(tmp_path
     sys.path.insert(0, os.path.join(ROOT, "experiments", "launch"))
     import preflight
 
-    cfg_path = os.path.join(ROOT, "experiments", "configs", "cure_qwen25_7b_4gpu.py")
+    cfg_path = config_path("cure_qwen25_7b_4gpu")
     assert preflight.main(["--config", cfg_path, "--devices", "4"]) == 0
     assert preflight.main(["--config", cfg_path, "--devices", "4", "--config.parallel.device_memory_gb=24"]) == 3
     # the trainer pads each update to whole micro-batches per batch shard: the plan counts those rows
-    c = preflight.load_config(os.path.join(ROOT, "experiments", "configs", "rlv_qwen25_math_1p5b_8gpu.py"),
+    c = preflight.load_config(config_path("rlv_qwen25_math_1p5b_8gpu"),
                               ["--config.rl.micro_batches=3"])
     b = preflight.batch_settings(c, 8)
     assert b.train_rows == 336 and b.sample_rows == 160 and b.train_length == 768 + 256  # 2 x 160 -> 14 x 24

@@ -147,7 +147,7 @@ def test_verify_warmup_teaches_the_verdict_on_self_labelled_samples(tokenizer):
     ex = arithmetic_examples(96, seed=11, config=ARITH)
     res = verify_warmup(model, tokenizer, ex, reward, steps=80, batch_size=32, solve_batch_size=4, lr=1e-2,
                         samples_per_question=4, max_new_tokens=4, temperature=1.0, holdout_frac=0.25, seed=0,
-                        progress=False)
+                        progress=False, warmup_steps=10, balance="subsample")
     assert 0.05 < res["positive_frac_sampled"] < 0.95, res
     before, after = res["before"], res["after"]
     # A model never shown the verify format puts almost no mass on "Yes"; afterwards it answers the question...
@@ -210,7 +210,7 @@ def test_verify_warmup_contrast_pairs_teach_what_self_labels_cannot(tokenizer):
         model = tiny_model(tokenizer, seed=4)
         res = verify_warmup(model, tokenizer, ex, reward, steps=60, batch_size=32, solve_batch_size=0, lr=1e-2,
                             samples_per_question=4, max_new_tokens=4, temperature=1.0, holdout_frac=0.25, seed=0,
-                            progress=False, contrast_fn=fn)
+                            progress=False, contrast_fn=fn, warmup_steps=10, balance="subsample")
         if fn is None:
             assert res["contrast_rows"] == 0
         else:
@@ -237,13 +237,16 @@ def test_verify_warmup_on_contrast_pairs_alone_never_samples(tokenizer):
     ex = arithmetic_examples(96, seed=11, config=ARITH)
     model = tiny_model(tokenizer, seed=4)
     res = verify_warmup(model, tokenizer, ex, reward, steps=60, batch_size=32, solve_batch_size=0, lr=1e-2,
-                        samples_per_question=0, holdout_frac=0.25, seed=0, progress=False, contrast_fn=marked)
+                        samples_per_question=0, holdout_frac=0.25, seed=0, progress=False, contrast_fn=marked,
+                        warmup_steps=10, max_new_tokens=64, temperature=0.7, balance="subsample")
     assert res["rows"] == 0 and res["sampled"] == 0
     assert res["contrast_rows"] == 2 * 72 and res["heldout_rows"] == 2 * 24, res
     before, after = res["before"], res["after"]
     assert after["balanced_acc"] >= 0.9 and after["balanced_acc"] > before["balanced_acc"] + 0.3, (before, after)
     with pytest.raises(ValueError, match="samples_per_question=0.*contrast_fn"):
-        verify_warmup(model, tokenizer, ex, reward, steps=2, samples_per_question=0, progress=False)
+        verify_warmup(model, tokenizer, ex, reward, steps=2, samples_per_question=0, progress=False, batch_size=32,
+                      solve_batch_size=8, lr=1e-3, warmup_steps=10, max_new_tokens=64, temperature=0.7,
+                      balance="subsample")
 
 
 def test_verify_warmup_contrast_needs_worked_solutions(tokenizer):
@@ -255,7 +258,8 @@ def test_verify_warmup_contrast_needs_worked_solutions(tokenizer):
     ex = [Example(e.question, e.answer, e.id) for e in arithmetic_examples(8, seed=11, config=ARITH)]
     with pytest.raises(ValueError, match="worked solution"):
         verify_warmup(tiny_model(tokenizer), tokenizer, ex, half, steps=2, max_new_tokens=4, solve_batch_size=0,
-                      progress=False, contrast_fn=lambda e, rng: "x")
+                      progress=False, contrast_fn=lambda e, rng: "x", batch_size=32, lr=1e-3, warmup_steps=10,
+                      samples_per_question=4, temperature=0.7, balance="subsample")
 
 
 def test_verify_warmup_refuses_a_single_class(tokenizer):
@@ -265,4 +269,5 @@ def test_verify_warmup_refuses_a_single_class(tokenizer):
     always_right = lambda texts, ex: RewardResult(np.ones(len(texts), np.float32), [{}] * len(texts))  # noqa: E731
     with pytest.raises(ValueError, match="too few of one class"):
         verify_warmup(tiny_model(tokenizer), tokenizer, arithmetic_examples(8, seed=11, config=ARITH), always_right,
-                      steps=2, max_new_tokens=4, progress=False)
+                      steps=2, max_new_tokens=4, progress=False, batch_size=32, solve_batch_size=8, lr=1e-3,
+                      warmup_steps=10, samples_per_question=4, temperature=0.7, balance="subsample")

@@ -436,7 +436,7 @@ def test_a_cure_run_whose_critique_budget_cannot_hold_the_tasks_critiques_is_ref
     """Under a task-text BPE a latin_square critique is ~180 tokens; a budget under that would cut every long
     critique before its hint (the first CURE testbed preset's 96 did)."""
     from jaxrl_reason.data import testbed
-    from jaxrl_reason.experiment.pipeline import check_critique_budget, start
+    from jaxrl_reason.experiment.pipeline import start
     from jaxrl_reason.methods import method_knobs
 
     c = _tiny_cfg(tmp_path)
@@ -448,7 +448,7 @@ def test_a_cure_run_whose_critique_budget_cannot_hold_the_tasks_critiques_is_ref
     assert need > 16
     c.method.extra.critique_max_new_tokens = need
     rc, method = start(c)
-    check_critique_budget(rc, method, tok, task)  # the whole critique fits, verdict line included
+    method.check(rc, task, tok)  # the whole critique fits, verdict line included
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1046,7 +1046,7 @@ def test_the_worked_check_cipo_preset_starts_and_refuses_a_correction_budget_tha
     from jaxrl_reason.configs.testbed_latin_cipo_check import get_config
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.experiment.model import build_tokenizer
-    from jaxrl_reason.experiment.pipeline import check_correction_budget, start
+    from jaxrl_reason.experiment.pipeline import start
     from jaxrl_reason.methods import make_method
 
     c = get_config()
@@ -1056,11 +1056,11 @@ def test_the_worked_check_cipo_preset_starts_and_refuses_a_correction_budget_tha
     assert type(method).__name__ == "CIPO" and rc.sft.pack and rc.model.hidden_size == 256
     task = build_data(rc.data, rc.seed)
     tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
-    check_correction_budget(rc, method, tok, task)  # 192 tokens hold a check and a grid
+    method.check(rc, task, tok)  # 192 tokens hold a check and a grid
     short = make_method(dataclasses.replace(rc.method, extra={**dict(rc.method.extra),
                                                                "correction_max_new_tokens": 0}))
     with pytest.raises(ValueError, match="correction_max_new_tokens=32 .* is shorter than a latin_square correction"):
-        check_correction_budget(rc, short, tok, task)
+        short.check(rc, task, tok)
 
 
 def test_spread_injector_writes_wrong_grids_shaped_like_the_policys_own():

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from jaxrl_reason.configs import load_config_file
+from jaxrl_reason.configs import PRESET_DIR, load_config_file
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default
 from jaxrl_reason.data.datasets import question_key
 from jaxrl_reason.experiment.config import read_run_config
@@ -14,7 +14,7 @@ from jaxrl_reason.experiment.pipeline import run, start
 from jaxrl_reason.experiment.warmup import verify_contrast_fn
 from jaxrl_reason.methods import METHODS
 
-CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "experiments", "configs")
+CONFIG_DIR = PRESET_DIR
 
 
 def data_of(cfg):

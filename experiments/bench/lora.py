@@ -2,7 +2,7 @@
 optimizer state and compiled memory, the KL reference's memory, and the sampler's decode with the adapters
 merged once per call or run beside the weights at every token.
 
-    python experiments/bench/lora.py                   # the CPU default's model (experiments/configs/tiny_default.py)
+    python experiments/bench/lora.py                   # the CPU default's model (jaxrl_reason/configs/tiny_default.py)
     python experiments/bench/lora.py --size wide       # hidden 512, 4 layers, FFN 2048, vocab 4096
 
 The update is GRPO's (policy term + KL, beta 0.04) on 64 rows (8 prompts x 8 samples) of 32 prompt + 64

@@ -1,6 +1,6 @@
 """The warm-up's SFT update with packed rows (`sft.pack`, `rl.batch.pack_rows`) against one sequence per row.
 
-    python experiments/bench/sft_packing.py [--config experiments/configs/testbed_latin_cure_check.py] \
+    python experiments/bench/sft_packing.py [--config jaxrl_reason/configs/testbed_latin_cure_check.py] \
         [--rows critique] [--steps 8] [--repeats 3]
 
 Workload: the preset's model (random weights; the cost does not depend on them), its tokenizer, and one stage's
@@ -31,7 +31,7 @@ from notebooks import cpu_model  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="experiments/configs/testbed_latin_cure_check.py")
+    ap.add_argument("--config", default="jaxrl_reason/configs/testbed_latin_cure_check.py")
     ap.add_argument("--rows", default="critique", choices=("critique", "verify"))
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)

@@ -3,7 +3,7 @@ the compiler's per-device memory against the chip's HBM, FLOPs, bytes, a rooflin
 
     pip install "jax[tpu]==<jax version>"        # libtpu, the TPU compiler (no TPU is touched)
     pip install jax-cuda12-plugin==<jax version>  # for GPU targets (h100:8, a100:8): the XLA GPU compiler, no GPU
-    python experiments/launch/compile_tpu.py --config experiments/configs/rlv_qwen25_math_1p5b_v5e16.py \
+    python experiments/launch/compile_tpu.py --config jaxrl_reason/configs/rlv_qwen25_math_1p5b_v5e16.py \
         --topology v5e:4x4 [--config.rl.micro_batches=40 ...] [--hbm-gb 16] [--out runs/compile_tpu]
 
 Exit status 0 when every executable fits, 3 when one does not (the compiler's own refusal included), 2 for a
@@ -29,7 +29,7 @@ if ROOT not in sys.path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True, help="a run config (experiments/configs/*.py)")
+    ap.add_argument("--config", required=True, help="a run config (jaxrl_reason/configs/*.py)")
     ap.add_argument("--topology", required=True, help="a TPU topology, e.g. v5e:4x4, v5p:2x2x1, v6e:2x4, or NVIDIA "
                     "GPUs, e.g. h100:8 (needs jax-cuda12-plugin, not a GPU)")
     ap.add_argument("--hbm-gb", type=float, default=None, help="HBM GiB per chip (default: the chip table's)")

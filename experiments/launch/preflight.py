@@ -1,7 +1,7 @@
 """Memory plan of a training config on its mesh, before anything is loaded: bytes per device for params, optimizer
 state, gradients, activations and KV cache, and whether they fit `parallel.device_memory_gb`.
 
-    python experiments/launch/preflight.py --config experiments/configs/cure_qwen25_7b_4gpu.py [--devices 4]
+    python experiments/launch/preflight.py --config jaxrl_reason/configs/cure_qwen25_7b_4gpu.py [--devices 4]
     PREFLIGHT=1 experiments/launch/run.sh CONFIG.py      # the same, then the launch if it fits
 
 The model comes from `model.hf_path`'s config.json when it is on disk, else from the preset whose name matches the

@@ -2,10 +2,10 @@
 # Launch experiments/train.py with a config that has a `parallel` section (mesh_shape, distributed).
 #
 # One host, all its GPUs, one process:
-#   experiments/launch/run.sh experiments/configs/rlv_qwen25_math_1p5b_8gpu.py [--config.rl.steps=10 ...]
+#   experiments/launch/run.sh jaxrl_reason/configs/rlv_qwen25_math_1p5b_8gpu.py [--config.rl.steps=10 ...]
 # TPU slice (config with parallel.distributed=True): the same command on every host at once; JAX finds its peers:
 #   gcloud compute tpus tpu-vm ssh $TPU --worker=all --command \
-#     "cd jaxrl_reason && experiments/launch/run.sh experiments/configs/rlv_qwen25_math_1p5b_v5e16.py"
+#     "cd jaxrl_reason && experiments/launch/run.sh jaxrl_reason/configs/rlv_qwen25_math_1p5b_v5e16.py"
 # Several GPU hosts without a scheduler: on host i of N (host 0 runs the coordinator),
 #   JAX_COORDINATOR_ADDRESS=host0:1234 JAX_NUM_PROCESSES=N JAX_PROCESS_ID=i experiments/launch/run.sh CONFIG.py
 # Under SLURM, `srun experiments/launch/run.sh CONFIG.py` with parallel.distributed=True.

@@ -1,6 +1,6 @@
 """CIPO against GRPO from the same warm-up: does training on corrections of its own attempts pay off?
 
-    python experiments/research/bench_cipo.py --config experiments/configs/testbed_latin_cipo.py \
+    python experiments/research/bench_cipo.py --config jaxrl_reason/configs/testbed_latin_cipo.py \
         [--workdir runs/bench_cipo] [--seeds 0,1,2] [--rl-steps 0] [--questions 256] [--n 8] [--rounds 2]
 
 For each seed, two runs share the tokenizer and the warm-up (`bench_rlv.share_warmup`: the GRPO arm makes it; the

@@ -31,9 +31,9 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 import numpy as np  # noqa: E402
 
 from bench_rlv import share_warmup, trained  # noqa: E402
-from jaxrl_reason.configs import load_config_file  # noqa: E402
+from jaxrl_reason.configs import PRESET_DIR, load_config_file
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIGS = PRESET_DIR
 LABELS = {"grpo": "GRPO", "rloo": "RLOO", "vineppo": "VinePPO", "ppo": "PPO (learned value)"}
 
 
@@ -72,7 +72,7 @@ def main(argv=None):
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in arms if not os.path.exists(os.path.join(CONFIGS, f"{a}.py"))]
     if unknown:
-        raise SystemExit(f"--arms: no preset experiments/configs/{unknown[0]}.py")
+        raise SystemExit(f"--arms: no preset jaxrl_reason/configs/{unknown[0]}.py")
     seeds = [int(s) for s in args.seeds.split(",")]
 
     from absl import logging

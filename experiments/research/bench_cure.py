@@ -1,6 +1,6 @@
 """CURE against GRPO from the same warm-up: does training to critique and re-solve pay off at test time?
 
-    python experiments/research/bench_cure.py --config experiments/configs/cure.py [--workdir runs/bench_cure] \
+    python experiments/research/bench_cure.py --config jaxrl_reason/configs/cure.py [--workdir runs/bench_cure] \
         [--seeds 0,1,2] [--rl-steps 0] [--questions 256] [--n 8] [--rounds 2]
 
 For each seed, two runs share the tokenizer and the warm-up (`bench_rlv.share_warmup`: the GRPO arm makes it; a

@@ -2,7 +2,7 @@
 
     python experiments/research/bench_distill.py --out runs/distill [--steps 60 --teacher-steps 200]
 
-1. The teacher: the tiny default (experiments/configs/tiny_default.py: SFT warm-up, then GRPO) trained for
+1. The teacher: the tiny default (jaxrl_reason/configs/tiny_default.py: SFT warm-up, then GRPO) trained for
    `--teacher-steps` RL steps, saved as an HF checkpoint (<out>/teacher/final).
 2. Two students start from the teacher's own SFT checkpoint (copied, with its tokenizer, into each arm's workdir,
    so both arms and the teacher share one warm-up and one held-out split): `grpo` (the tiny default's GRPO) and
@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG = os.path.join(ROOT, "experiments", "configs", "tiny_default.py")
+CONFIG = os.path.join(ROOT, "jaxrl_reason", "configs", "tiny_default.py")
 
 
 def train(workdir: str, *flags: str, rl_seed: int = 0) -> None:

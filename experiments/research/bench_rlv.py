@@ -1,7 +1,7 @@
 """RL^V: does training the policy to verify its own solutions pay off at test time? (issue #24 on the testbed)
 
     python experiments/research/bench_rlv.py [--workdir runs/bench_rlv] [--n 16] [--questions 256] [--seed 1]
-        [--grpo-config C --rlv-config C]    # e.g. experiments/configs/testbed_latin_check.py for both
+        [--grpo-config C --rlv-config C]    # e.g. jaxrl_reason/configs/testbed_latin_check.py for both
     python experiments/research/bench_rlv.py --medians DIR DIR DIR --workdir OUT   # the checks over seeds
 
 Trains (or resumes; a finished run is only evaluated) four runs of one config (default `configs/rlv.py`, the CPU
@@ -52,9 +52,9 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-from jaxrl_reason.configs import load_config_file  # noqa: E402
+from jaxrl_reason.configs import PRESET_DIR, load_config_file
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIGS = PRESET_DIR
 
 
 # Run order: the control makes the shared warm-up, GRPO^V and RLOO^V start from it, plain GRPO shares only the

@@ -3,7 +3,7 @@ SFT: loads <from>/sft_model, samples the policy's own attempts on warm-up questi
 correction rows built from them (`experiment.warmup.run_own_attempt_warmup`), and writes a run directory that
 `own_vs_injected.py` reads:
 
-    python experiments/research/own_attempt_warmup.py --config experiments/configs/testbed_latin_cipo.py \
+    python experiments/research/own_attempt_warmup.py --config jaxrl_reason/configs/testbed_latin_cipo.py \
         --from runs/bench_cipo_spread/seed0/grpo --workdir runs/own_attempts_s0 \
         --config.seed=0 --config.sft.own_attempt_steps=300
     python experiments/research/own_vs_injected.py --run runs/own_attempts_s0 --model sft_model

@@ -33,11 +33,12 @@ import time
 # the repository root, so the script runs from a checkout without the editable install
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from jaxrl_reason.configs import PRESET_DIR  # noqa: E402
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIGS = PRESET_DIR
 
 _STEP_RE = re.compile(r"(-?\d+) ([+\-*]) (-?\d+) = (-?\d+)")
 _BOX_RE = re.compile(r"\\boxed\{(-?\d+)\}")
@@ -278,7 +279,7 @@ def main():
                             lr=args.verify_lr, samples_per_question=args.samples,
                             max_new_tokens=rc.rl.max_new_tokens, temperature=temperature,
                             holdout_frac=args.holdout, seed=rc.seed, progress=False, prompt_fn=prompt_fn,
-                            balance=args.balance, contrast_fn=verify_contrast_fn(rc, args.contrast))
+                            balance=args.balance, contrast_fn=verify_contrast_fn(rc, args.contrast), warmup_steps=10)
         curve = nll_by_tenth(res["history"])
         probe_s = time.time() - t
         vote = votes(model, tokenizer, heldout, args, rc, temperature)

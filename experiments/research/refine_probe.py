@@ -1,6 +1,6 @@
 """Where does one self-refinement round gain or lose? A probe of a saved testbed model's critique + guided re-solve.
 
-    python experiments/research/refine_probe.py --config experiments/configs/testbed_latin_cure_check.py \
+    python experiments/research/refine_probe.py --config jaxrl_reason/configs/testbed_latin_cure_check.py \
         --run runs/bench_cure_check_s0/seed0/grpo --model sft_model [--questions 128] \
         [--repair-steps 150 --repair-guided 2000 --repair-critique 2000] [--attempts RUN[:MODEL]]
 

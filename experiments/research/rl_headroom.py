@@ -4,7 +4,7 @@ holding both, or without it the warm-up the first point trains -- scored on the 
 accuracy before and after, pass@1 from N samples at the RL temperature, beside what its training metrics say
 (reward and per-token entropy over the first and last fifth of the steps).
 
-    python experiments/research/rl_headroom.py --config experiments/configs/testbed_latin_cure.py \
+    python experiments/research/rl_headroom.py --config jaxrl_reason/configs/testbed_latin_cure.py \
         --from runs/bench_cure/seed0/grpo --workdir runs/rl_headroom --grid rl.lr=2e-5,1e-4,3e-4 \
         --config.rl.steps=200
 

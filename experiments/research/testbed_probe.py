@@ -31,11 +31,12 @@ import time
 # the repository root, so the script runs from a checkout without the editable install
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from jaxrl_reason.configs import PRESET_DIR  # noqa: E402
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIGS = PRESET_DIR
 
 
 def sample_error_kind(source: str):
@@ -197,7 +198,7 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
                        verify_format=args.verify_format, inject_extent=rc.data.inject_extent, extra_rows=extra,
                        span_weights=(rare_mark_spans(args.mark_weight, args.mark_span) if args.mark_weight != 1.0
                                      else None),
-                       prompt_fn=task.prompt_fn, progress=False)
+                       prompt_fn=task.prompt_fn, progress=False, rows_as="verify", pack=False, target=0.0, max_rounds=1)
     held = heldout_check_rows(tb, qs, seed=rc.seed, verify_format=args.verify_format,
                               inject_extent=rc.data.inject_extent)
     qs_, sols = [r.meta["question"] for r in held], [r.meta["solution"] for r in held]
@@ -332,7 +333,8 @@ def main(argv=None):
                         batch_size=rc.sft.verify_batch_size, solve_batch_size=rc.sft.verify_solve_rows,
                         lr=args.verify_lr, samples_per_question=args.verify_samples,
                         max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature, seed=rc.seed,
-                        progress=False, prompt_fn=task.prompt_fn, contrast_fn=contrast_fn)
+                        progress=False, prompt_fn=task.prompt_fn, contrast_fn=contrast_fn, warmup_steps=10,
+                        balance="subsample")
     out["verify_warmup"] = {"seconds": time.time() - t, "rows": res["rows"], "contrast_rows": res["contrast_rows"],
                             "positive_frac_sampled": res["positive_frac_sampled"],
                             "before_bal_acc": res["before"]["balanced_acc"],

@@ -1,9 +1,14 @@
 """Run presets: plain Python modules, each with a get_config() that starts from
 `experiment.config.default_config()` (every knob at its default) and sets what its run departs from, with why.
-The files under experiments/configs/ are these presets under the paths the commands use.
 
-`load_config_file` loads any config file by path (and applies `--config.x=y` overrides), for the scripts that take
-a config and for configs that extend a config file that is not a preset.
+A command names a preset by its name or by its path, the two spellings of one file:
+
+    python experiments/train.py --config grpo
+    python experiments/train.py --config jaxrl_reason/configs/grpo.py
+
+`config_path` resolves either (or the path of any other config file); `load_config_file` loads one (and applies
+`--config.x=y` overrides), for the scripts that take a config and for configs that extend a file that is not a
+preset.
 """
 from __future__ import annotations
 
@@ -12,11 +17,42 @@ import os
 from typing import Sequence
 
 
+PRESET_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def presets() -> list[str]:
+    """The presets' names (the modules of this package)."""
+    return sorted(f[:-3] for f in os.listdir(PRESET_DIR) if f.endswith(".py") and not f.startswith("_"))
+
+
+def config_path(spec: str) -> str:
+    """A preset's name (`grpo`) or a config file's path -> the file's path."""
+    if os.path.isfile(spec):
+        return spec
+    if spec in presets():
+        return os.path.join(PRESET_DIR, f"{spec}.py")
+    raise FileNotFoundError(f"no config file {spec!r} and no preset of that name; give a path or one of the "
+                            f"presets in jaxrl_reason/configs/: {', '.join(presets())}")
+
+
+def config_argv(argv: Sequence[str], flag: str = "config") -> list[str]:
+    """`argv` with the value of `--<flag> NAME` / `--<flag>=NAME` resolved by `config_path`, so that a script whose
+    flag is ml_collections' DEFINE_config_file (which reads a path) also takes a preset's name."""
+    out, argv = [], list(argv)
+    for i, a in enumerate(argv):
+        if i and argv[i - 1] in (f"--{flag}", f"-{flag}"):
+            a = config_path(a)
+        elif a.startswith(f"--{flag}="):
+            a = f"--{flag}=" + config_path(a.split("=", 1)[1])
+        out.append(a)
+    return out
+
+
 def load_config_file(path: str, overrides: Sequence[str] = ()):
-    """The get_config() of the config file at `path`, with `--config.a.b=value` overrides applied by
-    ml_collections' own flag parser (so a value parses exactly as it does on experiments/train.py's command line)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no config file {path}")
+    """The get_config() of the config file at `path` (or of the preset of that name), with `--config.a.b=value`
+    overrides applied by ml_collections' own flag parser (so a value parses exactly as it does on
+    experiments/train.py's command line)."""
+    path = config_path(path)
     spec = importlib.util.spec_from_file_location(f"config_file_{abs(hash(os.path.abspath(path)))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,8 +1,8 @@
 """CIPO on the CPU default task: GRPO plus correction rows built from the policy's own attempts (METHODS.md §4,
 docs/methods/cipo.md).
 
-    python experiments/train.py --config experiments/configs/cipo.py
-    python experiments/train.py --config experiments/configs/cipo.py --config.method.extra.alpha=3
+    python experiments/train.py --config jaxrl_reason/configs/cipo.py
+    python experiments/train.py --config jaxrl_reason/configs/cipo.py --config.method.extra.alpha=3
 """
 
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default

@@ -1,7 +1,7 @@
 """CIPO on the CPU code task: GRPO on procedural function-writing tasks plus corrections of the policy's own
 programs, rewarded in the sandbox like the solves (METHODS.md §4, docs/methods/cipo.md).
 
-    python experiments/train.py --config experiments/configs/cipo_code.py
+    python experiments/train.py --config jaxrl_reason/configs/cipo_code.py
 """
 
 from jaxrl_reason.configs.code_grpo import get_config as code_grpo

@@ -1,7 +1,7 @@
 """CIPO in the paper's math setting, for accelerators: Qwen3-4B on local math data, 500 steps. Weights and data
 must be on local disk (nothing is downloaded):
 
-    python experiments/train.py --config experiments/configs/cipo_qwen3_4b_math.py \
+    python experiments/train.py --config jaxrl_reason/configs/cipo_qwen3_4b_math.py \
         --config.model.hf_path=/data/Qwen3-4B --config.tokenizer.path=/data/Qwen3-4B \
         --config.data.path=/data/math/train.jsonl --config.data.heldout_path=/data/math500/test.jsonl
 

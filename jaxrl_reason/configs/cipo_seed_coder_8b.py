@@ -1,7 +1,7 @@
 """CIPO in the paper's code setting, for accelerators: Seed-Coder-8B on local code data, rewards from the sandbox
 (the same verifier as the solves), corrections in one fenced python block. Weights and data must be on local disk:
 
-    python experiments/train.py --config experiments/configs/cipo_seed_coder_8b.py \
+    python experiments/train.py --config jaxrl_reason/configs/cipo_seed_coder_8b.py \
         --config.model.hf_path=/data/Seed-Coder-8B-Instruct --config.tokenizer.path=/data/Seed-Coder-8B-Instruct \
         --config.data.path=/data/code/train.jsonl
 

@@ -1,7 +1,7 @@
 """The union GRPO^V + CIPO on the CPU default task: solve, verify and correct rows in one fused update, each term
 logged under its own name (loss/pg, loss/verify, loss/correct) with its stream's metrics (METHODS.md §5).
 
-    python experiments/train.py --config experiments/configs/cipo_v.py
+    python experiments/train.py --config jaxrl_reason/configs/cipo_v.py
 """
 
 from jaxrl_reason.configs.rlv import get_config as rlv

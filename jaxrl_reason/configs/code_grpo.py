@@ -1,7 +1,7 @@
 """GRPO on code for the CPU default: a tiny model, procedural function-writing tasks with assert tests, SFT on
 the reference programs, rewards from running the extracted program in the bubblewrap sandbox.
 
-    python experiments/train.py --config experiments/configs/code_grpo.py
+    python experiments/train.py --config jaxrl_reason/configs/code_grpo.py
 """
 
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default

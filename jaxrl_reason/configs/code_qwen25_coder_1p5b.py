@@ -1,7 +1,7 @@
 """GRPO on code for accelerators: Qwen2.5-Coder-1.5B-Instruct on local code data (HumanEval/MBPP-style JSONL or
 stdin/stdout problems as in CodeForces/LiveCodeBench); weights and data must be on local disk.
 
-    python experiments/train.py --config experiments/configs/code_qwen25_coder_1p5b.py \
+    python experiments/train.py --config jaxrl_reason/configs/code_qwen25_coder_1p5b.py \
         --config.model.hf_path=/data/Qwen2.5-Coder-1.5B-Instruct --config.tokenizer.path=/data/Qwen2.5-Coder-1.5B-Instruct \
         --config.data.path=/data/code/train.jsonl
 """

@@ -1,8 +1,8 @@
 """CURE (METHODS.md §3) on the CPU default task: solve, critique with a teacher-forced verdict, guided
 re-exploration from the critique's hint, replay of guided successes into zero-pass solve groups.
 
-    python experiments/train.py --config experiments/configs/cure.py
-    python experiments/train.py --config experiments/configs/cure.py --config.rl.steps=2 --config.sft.steps=20
+    python experiments/train.py --config jaxrl_reason/configs/cure.py
+    python experiments/train.py --config jaxrl_reason/configs/cure.py --config.rl.steps=2 --config.sft.steps=20
 
 Every CURE knob is `method.extra.<knob>` at the paper run's / the authors' default (their meanings: the
 constructor of jaxrl_reason/methods/cure.py; the choices: docs/methods/cure.md); below is only what this run sets
@@ -11,7 +11,6 @@ format penalty and the fixed verdict advantage to dominate the critique task ear
 """
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default
 from jaxrl_reason.methods import method_knobs
-from jaxrl_reason.methods.cure import PAPER_LOSS
 
 
 def get_config():
@@ -23,9 +22,8 @@ def get_config():
     c.model.max_position_embeddings = 1024
 
     c.method.name = "cure"
-    # The paper run's loss: token-mean aggregation, clip 0.2 / 0.28, dual-clip 10, no KL (methods.cure.PAPER_LOSS).
-    for knob in ("aggregation", "eps_low", "eps_high", "dual_clip", "beta"):
-        setattr(c.method, knob, getattr(PAPER_LOSS, knob))
+    # the loss is CURE's own, the paper run's (token-mean aggregation, clip 0.2 / 0.28, dual-clip 10, no KL:
+    # methods.cure.PAPER_LOSS, its class's default_loss)
     c.method.extra = method_knobs("cure")
     c.method.extra.critique_max_new_tokens = 48  # a compact arithmetic critique; the paper's 384 is for math prose
 

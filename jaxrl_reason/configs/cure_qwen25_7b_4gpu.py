@@ -20,7 +20,7 @@ config keeps 96 micro-batches until a run on the GPUs confirms the headroom:
         --logprob-chunk 512 --sample-rows 128 --sample-length 2048 --device-memory-gb 80
         params 3.55 GiB, optimizer state 7.09, gradients 7.09, activations 8.04, KV cache 3.50 -> peak 25.78
 Launch (weights and data on local disk, nothing is downloaded):
-    experiments/launch/run.sh experiments/configs/cure_qwen25_7b_4gpu.py \
+    experiments/launch/run.sh jaxrl_reason/configs/cure_qwen25_7b_4gpu.py \
         --config.model.hf_path=/data/Qwen2.5-7B-Instruct --config.tokenizer.path=/data/Qwen2.5-7B-Instruct
 """
 import ml_collections

@@ -7,5 +7,6 @@ def get_config():
     c = tiny_default()
     c.workdir = "runs/grpo"
     c.method.estimator = "grpo"  # (r - mean) / std within the group
-    c.method.aggregation = "seq_mean_token_mean"
+    # the loss is GRPO's own (methods.grpo.GRPO.default_loss: sequence-mean of token-mean, clip 0.2, no KL), left
+    # unset so that --config.method.name=<another> trains that method's own loss
     return c

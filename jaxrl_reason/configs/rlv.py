@@ -1,7 +1,7 @@
 """GRPO^V on the CPU default task: the policy also learns to verify its own solutions (RL^V, METHODS.md §2).
 
-    python experiments/train.py --config experiments/configs/rlv.py
-    python experiments/train.py --config experiments/configs/rlv.py --config.method.estimator=rloo   # RLOO^V
+    python experiments/train.py --config jaxrl_reason/configs/rlv.py
+    python experiments/train.py --config jaxrl_reason/configs/rlv.py --config.method.estimator=rloo   # RLOO^V
 """
 
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default

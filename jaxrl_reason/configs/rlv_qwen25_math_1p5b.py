@@ -1,7 +1,7 @@
 """RL^V in the paper's setting, for accelerators: Qwen2.5-Math-1.5B, Hendrycks MATH, 32 prompts x 5 samples per
 step, context 1024, evaluated on MATH500. Weights and data must be on local disk (nothing is downloaded):
 
-    python experiments/train.py --config experiments/configs/rlv_qwen25_math_1p5b.py \
+    python experiments/train.py --config jaxrl_reason/configs/rlv_qwen25_math_1p5b.py \
         --config.model.hf_path=/data/Qwen2.5-Math-1.5B --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
         --config.data.path=/data/math/train.jsonl --config.data.heldout_path=/data/math500/test.jsonl
     python experiments/evaluate.py --model runs/rlv_qwen25_math_1p5b/final --data /data/math500/test.jsonl --n 16

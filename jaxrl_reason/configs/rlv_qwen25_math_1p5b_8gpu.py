@@ -4,7 +4,7 @@ over all 8 devices (fsdp=8), batch rows split the same way.
 Pre-flight (peak ~20 GiB of 80 GiB per device, see `parallel.memory`):
     python experiments/plan_memory.py --model qwen2.5-math-1.5b --mesh fsdp=8 --train-rows 320 \
         --train-length 1024 --micro-batches 8 --sample-rows 160 --sample-length 1024 --device-memory-gb 80
-Launch: experiments/launch/run.sh experiments/configs/rlv_qwen25_math_1p5b_8gpu.py [--config.x=y ...]
+Launch: experiments/launch/run.sh jaxrl_reason/configs/rlv_qwen25_math_1p5b_8gpu.py [--config.x=y ...]
 """
 import ml_collections
 

@@ -7,7 +7,7 @@ chips, each host loading only its rows of every batch.
         --train-length 1024 --micro-batches 20 --sample-rows 160 --sample-length 1024 --device-memory-gb 16
 Launch on every host at once:
     gcloud compute tpus tpu-vm ssh $TPU --worker=all --command \
-        "cd jaxrl_reason && experiments/launch/run.sh experiments/configs/rlv_qwen25_math_1p5b_v5e16.py"
+        "cd jaxrl_reason && experiments/launch/run.sh jaxrl_reason/configs/rlv_qwen25_math_1p5b_v5e16.py"
 """
 import ml_collections
 

@@ -7,7 +7,7 @@ writes `\\boxed{}` empty or rambles. A strict boxed reward would give GRPO no si
 graded the GSM8K "flexible" way: the last box if there is a non-empty one, else the last number written
 (`data.answer_extraction=boxed_or_last_number`; the held-out table uses the same grading).
 
-    python experiments/train.py --config experiments/configs/smollm2_grpo.py
+    python experiments/train.py --config jaxrl_reason/configs/smollm2_grpo.py
 """
 import importlib.util
 import os

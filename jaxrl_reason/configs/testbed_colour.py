@@ -2,7 +2,7 @@
 no edge joins one colour; checking looks up both ends of each edge, solving may need to backtrack.
 docs/methods/testbed.md; its numbers are in docs/results/testbed.md.
 
-    python experiments/train.py --config experiments/configs/testbed_colour.py
+    python experiments/train.py --config jaxrl_reason/configs/testbed_colour.py
 """
 
 from jaxrl_reason.configs.testbed_rlv import get_config as testbed_rlv

@@ -2,7 +2,7 @@
 every row and every column holds A B C D once. Checking compares cells at fixed offsets; filling needs the row and
 the column together. docs/methods/testbed.md; the preconditions it was sized by are in docs/results/testbed.md.
 
-    python experiments/train.py --config experiments/configs/testbed_latin.py
+    python experiments/train.py --config jaxrl_reason/configs/testbed_latin.py
 
 The warm-up is the measured one: 1,500 SFT steps on 8,000 worked solutions (no auxiliary rows), then the
 self-labelled verification warm-up on the policy's own samples of 1,024 SFT questions x 4 (400 steps) -- the

@@ -2,9 +2,9 @@
 task's check of a solution (each row and column copied, then marked) before its verdict, and RL^V trains that
 whole target on the policy's own rollouts. docs/methods/testbed.md.
 
-    python experiments/train.py --config experiments/configs/testbed_latin_check.py
-    python experiments/research/bench_rlv.py --grpo-config experiments/configs/testbed_latin_check.py \
-        --rlv-config experiments/configs/testbed_latin_check.py --workdir runs/bench_rlv_latin_check_s0 --seed 0
+    python experiments/train.py --config jaxrl_reason/configs/testbed_latin_check.py
+    python experiments/research/bench_rlv.py --grpo-config jaxrl_reason/configs/testbed_latin_check.py \
+        --rlv-config jaxrl_reason/configs/testbed_latin_check.py --workdir runs/bench_rlv_latin_check_s0 --seed 0
 
 The warm-up is docs/results/testbed.md run 19's, the first that met both preconditions: 1,500 SFT steps on 8,000
 worked solutions (greedy 51.6%), then 1,500 steps of the worked-check warm-up (train/check_warmup.py) on the

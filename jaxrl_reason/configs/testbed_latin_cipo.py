@@ -2,7 +2,7 @@
 (wrong attempt -> worked solution) in the SFT warm-up so that a from-scratch model has seen the review-and-correct
 prompt before CIPO trains it (the paper starts from an instruct model). The CIPO-vs-GRPO comparison runs it through
 
-    python experiments/research/bench_cipo.py --config experiments/configs/testbed_latin_cipo.py
+    python experiments/research/bench_cipo.py --config jaxrl_reason/configs/testbed_latin_cipo.py
 
 Knobs scaled from the paper's run (METHODS.md §4: Qwen3-4B, 500 steps, G' correction rollouts per replay prompt)
 to 2 CPU cores: 8 queries x G = 8 solves, one replay prompt per query with G' = 4 corrections, every other CIPO

@@ -3,7 +3,7 @@ correction opens with the task's check of the earlier attempt (each row and colu
 corrected solution (`data.correction_format = "worked_check"`, a [choice]: docs/methods/cipo.md), so the rewrite
 can follow the marks instead of re-solving blind.
 
-    python experiments/research/bench_cipo.py --config experiments/configs/testbed_latin_cipo_check.py \
+    python experiments/research/bench_cipo.py --config jaxrl_reason/configs/testbed_latin_cipo_check.py \
         --workdir runs/bench_cipo_check_s0 --seeds 0
 
 The warm-up is the `testbed_latin_cipo` preset's (25% correction rows of spread injected errors in the SFT) at the

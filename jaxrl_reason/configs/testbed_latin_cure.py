@@ -5,7 +5,7 @@ trains it (the paper starts from instruct models that already follow such prompt
 guidance before the problem (`guided_layout = "first"`, a [choice]: docs/methods/cure.md). The CURE-vs-GRPO
 comparison runs it through
 
-    python experiments/research/bench_cure.py --config experiments/configs/testbed_latin_cure.py
+    python experiments/research/bench_cure.py --config jaxrl_reason/configs/testbed_latin_cure.py
 
 Knobs scaled from the paper's run (METHODS.md §3: 128 prompts x K = 4 solves, a critique batch of 256, M = 4
 guided re-solves) to 2 CPU cores: 8 prompts x K = 4 solves, every CURE knob at its default otherwise
@@ -13,18 +13,16 @@ guided re-solves) to 2 CPU cores: 8 prompts x K = 4 solves, every CURE knob at i
 """
 from jaxrl_reason.configs.testbed_latin import get_config as testbed_latin
 from jaxrl_reason.methods import method_knobs
-from jaxrl_reason.methods.cure import PAPER_LOSS
 
 
 def get_config():
     c = testbed_latin()
     c.workdir = "runs/testbed_latin_cure"
     c.method.name = "cure"
-    for knob in ("aggregation", "eps_low", "eps_high", "dual_clip", "beta"):
-        setattr(c.method, knob, getattr(PAPER_LOSS, knob))
+    # the loss is CURE's own, the paper run's (methods.cure.PAPER_LOSS)
     c.method.extra = method_knobs("cure")
     # a latin_square critique after its verdict line is up to ~112 tokens under this BPE (183 under the task-text
-    # one); the run refuses a budget that cuts it (experiment.pipeline.check_critique_budget)
+    # one); the run refuses a budget that cuts it (methods.cure.CURE.check)
     c.method.extra.critique_max_new_tokens = 160
     # The warm-up (docs/results/cure_testbed.md, seed 0): 25% critique rows in the SFT left a 15% solver; under the
     # task-text BPE a critique is spelt from 1-3-character pieces (up to 183 tokens) and none came out well-formed.

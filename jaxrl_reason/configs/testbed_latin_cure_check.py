@@ -4,7 +4,7 @@ its verdict reads the marks the critic just wrote (`data.critique_format = "work
 docs/methods/cure.md). In training CURE forces the true check with the verdict, the start the outcome verifier
 would write, and the policy writes the fields after it; at test time the critic writes the check itself.
 
-    python experiments/research/bench_cure.py --config experiments/configs/testbed_latin_cure_check.py \
+    python experiments/research/bench_cure.py --config jaxrl_reason/configs/testbed_latin_cure_check.py \
         --workdir runs/bench_cure_check_s0 --seeds 0
 
 The warm-up is the `testbed_latin_cure` preset's (BPE on the critique rows, 10% critique and 10% guided rows in the

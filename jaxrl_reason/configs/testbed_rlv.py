@@ -3,7 +3,7 @@ one (the first hop needs a search from the goal): docs/methods/testbed.md. Sized
 and numbers are in docs/results/testbed.md: its 4 x 128 policy samples ~0% right (it never learns to look an edge
 up), so the RL^V arms use configs/testbed_latin.py, which builds on this preset.
 
-    python experiments/train.py --config experiments/configs/testbed_rlv.py
+    python experiments/train.py --config jaxrl_reason/configs/testbed_rlv.py
 """
 
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default

@@ -1,7 +1,7 @@
 """The embedded CPU default: a tiny Qwen2-architecture model trained from scratch on built-in arithmetic with
 worked solutions (SFT warm-up), then GRPO; no download of any kind. ~7 minutes on 2 CPU cores.
 
-    python experiments/train.py --config experiments/configs/tiny_default.py [--config.rl.steps=50 ...]
+    python experiments/train.py --config jaxrl_reason/configs/tiny_default.py [--config.rl.steps=50 ...]
 
 Every knob, its default and its meaning is written once, in its section's typed config: `model`, `tokenizer`,
 `data`, `sft`, `parallel` and the top level in jaxrl_reason/experiment/config.py (their defaults are this run),

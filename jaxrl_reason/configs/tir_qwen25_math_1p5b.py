@@ -4,7 +4,7 @@ Python tool, GRPO on multi-turn rollouts over Hendrycks MATH, evaluated on MATH5
 a tool turn of the chat template (masked from the loss), and generation continues from the KV cache. Weights and
 data must be on local disk (nothing is downloaded):
 
-    python experiments/train.py --config experiments/configs/tir_qwen25_math_1p5b.py \
+    python experiments/train.py --config jaxrl_reason/configs/tir_qwen25_math_1p5b.py \
         --config.model.hf_path=/data/Qwen2.5-Math-1.5B --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
         --config.data.path=/data/math/train.jsonl --config.data.heldout_path=/data/math500/test.jsonl
 

@@ -3,7 +3,7 @@ it cannot compute in its head, with a calculator it learns to call in the SFT wa
 (`<calculator>a * b</calculator>`, the result as a tool turn masked from the loss, then the boxed answer), then
 GRPO on multi-turn rollouts that continue from the KV cache (`jaxrl_reason/rollout/`).
 
-    python experiments/train.py --config experiments/configs/tool_arithmetic.py
+    python experiments/train.py --config jaxrl_reason/configs/tool_arithmetic.py
 
 The tool-vs-no-tool comparison on this task (3 seeds): experiments/research/tool_arithmetic.py,
 docs/results/multi_turn.md. Multi-turn rollouts train GRPO-family methods only (RL^V, CURE, CIPO are refused).

@@ -2,8 +2,8 @@
 (METHODS.md §1, docs/methods/vineppo.md). A compact arithmetic solution has one step per line, so a 5-operand
 solution has up to 4 interior boundaries.
 
-    python experiments/train.py --config experiments/configs/vineppo.py
-    python experiments/train.py --config experiments/configs/vineppo.py --config.method.extra.vine_samples=8
+    python experiments/train.py --config jaxrl_reason/configs/vineppo.py
+    python experiments/train.py --config jaxrl_reason/configs/vineppo.py --config.method.extra.vine_samples=8
 
 Every VinePPO knob is `method.extra.<knob>` at its default (methods/vineppo.py); the extra sampling it spends
 is logged every step as vine/extra_tokens and vine/extra_seconds.

@@ -1,7 +1,7 @@
 """VinePPO^V on the CPU default task: VinePPO's solve rows plus RL^V's verify rows in one update, on the GRPO^V
 preset's model and warm-ups (jaxrl_reason/configs/rlv.py).
 
-    python experiments/train.py --config experiments/configs/vineppo_v.py
+    python experiments/train.py --config jaxrl_reason/configs/vineppo_v.py
 """
 from jaxrl_reason.configs.rlv import get_config as rlv
 from jaxrl_reason.methods import method_knobs

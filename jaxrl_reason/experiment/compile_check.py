@@ -365,7 +365,7 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     rules = tuple(DEFAULT_RULES if rules is None else rules) + VALUE_HEAD_RULES
     method = make_method(rc.method)
     terms = method.terms()
-    if getattr(method, "critic", None) is not None or needs_values(terms):
+    if method.critic is not None or needs_values(terms):
         raise CompileCheckError(f"method {method.name!r} trains a learned critic; its value executables are not "
                                 "modelled by the compile check yet (use a critic-free method)")
     try:
@@ -424,7 +424,7 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     from jaxrl_reason.buckets import power_of_two
 
     if method.name.startswith("cure"):
-        crit_rows = min(getattr(method, "critique_batch_size", 0) or q * g, q * g)
+        crit_rows = min(method.critique_batch_size or q * g, q * g)
         crit_prompt = power_of_two(shapes.sample_prompt_len + shapes.new_tokens + 32)
         exes += _sampler_executables("critique", graphdef, params, mesh, cfg, crit_rows, 1, crit_prompt,
                                      method.critique_max_new_tokens, o_bytes + ref_bytes)

@@ -13,9 +13,10 @@ import dataclasses
 from typing import Mapping, Optional
 
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 from jaxrl_reason.knobs import check_known, plain, read_section, section_dict
-from jaxrl_reason.methods import MethodConfig, method_section, read_method_config
+from jaxrl_reason.methods import MethodConfig, PolicyLossConfig, method_section, read_method_config
 from jaxrl_reason.rollout.multiturn import ToolConfig
 from jaxrl_reason.models.lora import LoraConfig
 from jaxrl_reason.train.trainer import TrainerConfig
@@ -232,5 +233,11 @@ def run_config_dict(rc: RunConfig) -> dict:
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """Every knob of a run at its default, as the ConfigDict a config file's get_config() starts from."""
-    return ml_collections.ConfigDict(run_config_dict(RunConfig()))
+    """Every knob of a run at its default, as the ConfigDict a config file's get_config() starts from. The loss
+    knobs of `method` are unset (None: the method's own loss, `methods.method_loss`), each a typed placeholder so
+    that a config file or `--config.method.<knob>=v` can set it."""
+    out = run_config_dict(RunConfig())
+    typed = section_dict(PolicyLossConfig())
+    out["method"].update({k: placeholder(type(v)) for k, v in typed.items()
+                          if out["method"][k] is None and not isinstance(v, Mapping)})
+    return ml_collections.ConfigDict(out)

@@ -26,53 +26,6 @@ def start(cfg):
     return rc, method
 
 
-def check_critique_budget(rc, method, tokenizer, task) -> None:
-    """Fails before any training when a CURE run on a testbed task gives its critiques fewer new tokens than the
-    task's own critiques take under this tokenizer: those would be cut before their hint and fail to parse."""
-    from jaxrl_reason.data.testbed import TASK_MODULES, longest_critique, task_of
-
-    budget = getattr(method, "critique_max_new_tokens", None)
-    if budget is None or rc.data.source not in TASK_MODULES:
-        return
-    from jaxrl_reason.data.prompts import critique_verdict_prefix
-
-    def after_verdict(text: str) -> int:  # the budget counts what follows the teacher-forced verdict line
-        for w in (True, False):
-            text = text.removeprefix(critique_verdict_prefix(w))
-        return len(tokenizer.encode(text))
-
-    need = longest_critique(task_of(rc.data.source), task.train[:32], after_verdict, seed=rc.seed,
-                            extent=rc.data.inject_extent)
-    if need > budget:
-        raise ValueError(f"config method.extra.critique_max_new_tokens={budget} is shorter than a {rc.data.source} "
-                         f"critique after its verdict line under this tokenizer (up to {need} tokens): such critiques "
-                         f"would be cut before their hint and fail to parse; set it to at least {need}, or train the "
-                         "BPE on the critique rows (tokenizer.aux_corpus=True) to shorten them")
-
-
-def check_correction_budget(rc, method, tokenizer, task) -> None:
-    """Fails before any training when a CIPO run whose corrections open with the worked check
-    (data.correction_format "worked_check") gives a correction fewer new tokens than a check and a worked solution
-    take under this tokenizer: every correction would be cut before its answer and score 0."""
-    import numpy as np
-
-    from jaxrl_reason.data.testbed import correction_target, injected_wrong, task_of
-
-    budget = getattr(method, "correction_max_new_tokens", None)
-    if budget is None or rc.data.correction_format == "solution":
-        return
-    budget = budget or rc.rl.max_new_tokens
-    tb, rng = task_of(rc.data.source), np.random.default_rng(rc.seed)
-    need = max((len(tokenizer.encode(correction_target(tb, e.question, injected_wrong(tb, e, rng)[0], e.solution,
-                                                       rc.data.correction_format))) for e in task.train[:32]),
-               default=0)
-    if need > budget:
-        raise ValueError(f"config method.extra.correction_max_new_tokens={budget} (0 = rl.max_new_tokens) is shorter "
-                         f"than a {rc.data.source} correction that opens with the worked check under this tokenizer "
-                         f"(up to {need} tokens): such corrections would be cut before their answer; set it to at "
-                         f"least {need}")
-
-
 def check_solution_budget(rc, tokenizer, task) -> None:
     """Fails before any training when a testbed task's worked solutions take more tokens than the policy may
     generate (`rl.max_new_tokens`): every sample would be cut before its answer and score 0."""
@@ -116,8 +69,7 @@ def run(cfg) -> dict:
         # test-time strategies on the same split the before/after table uses.
         write_jsonl(task.heldout, os.path.join(workdir, "heldout.jsonl"))
     print(f"data: {len(task.train)} train / {len(task.heldout)} held-out problems; vocab {tokenizer.vocab_size}")
-    check_critique_budget(rc, method, tokenizer, task)
-    check_correction_budget(rc, method, tokenizer, task)
+    method.check(rc, task, tokenizer)  # each part checks itself: the method its budgets against the task's rows
     check_solution_budget(rc, tokenizer, task)
 
     model, warmup_report = warmed_up_policy(rc, tokenizer, task, workdir, mesh)

@@ -318,7 +318,7 @@ def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: 
     t = time.time()
     res = verify_warmup(model, tokenizer, task.train[:s.verify_questions], task.reward_fn, steps=s.verify_steps,
                         batch_size=s.verify_batch_size, solve_batch_size=s.verify_solve_rows, lr=s.verify_lr,
-                        samples_per_question=s.verify_samples, max_new_tokens=rc.rl.max_new_tokens,
+                        warmup_steps=s.warmup_steps, samples_per_question=s.verify_samples, max_new_tokens=rc.rl.max_new_tokens,
                         balance=s.verify_balance, contrast_fn=verify_contrast_fn(rc),
                         temperature=rc.rl.temperature, seed=rc.seed, progress=rc.rl.progress, writer=writer,
                         prompt_fn=task.prompt_fn, mesh=mesh, **stage_checkpoints(rc, workdir, "verify_warmup"))

@@ -3,18 +3,23 @@
 The section, typed as `MethodConfig`, holds four kinds of knobs, each checked against its own source of truth
 before anything is built: `name` and `estimator` (the registries), the loss (`PolicyLossConfig`'s fields, flat in
 the section), `extra` (the method's own constructor keywords) and `estimator_kwargs` (the estimator's keywords).
+
+A method brings its own loss (`default_loss` on its class, e.g. CURE's paper loss): a loss knob the section leaves
+unset (None, as `default_config()` writes every one) takes the method's value, so `--config.method.name=cure` on a
+GRPO config trains CURE's loss, and `--config.method.beta=0.01` changes that one knob of it (`method_loss`).
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Mapping
+from typing import Mapping, Optional
 
 from jaxrl_reason.knobs import check_known, keyword_knobs, plain, read_section, section_dict
 from jaxrl_reason.methods.cipo import CIPO, CIPOV
 from jaxrl_reason.methods.cure import CURE
 from jaxrl_reason.methods.distill import DistillConfig, with_distillation
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
+from jaxrl_reason.rl.policy_losses import VERL_NAMES
 from jaxrl_reason.methods.ppo import PPO, PPOV
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.methods.vineppo import VinePPO, VinePPOV
@@ -32,7 +37,8 @@ class MethodConfig:
     estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | grpo_batch_std (rl.advantages.ESTIMATORS)
     estimator_kwargs: Mapping = dataclasses.field(default_factory=dict)  # the estimator's keywords, e.g. {"ddof": 0}
     extra: Mapping = dataclasses.field(default_factory=dict)  # the method's own knobs (method_knobs(name))
-    loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)  # flat in the section: method.beta
+    # flat in the section (method.beta); None: the method's own (its class's `default_loss`)
+    loss: Optional[PolicyLossConfig] = None
     distill: DistillConfig = dataclasses.field(default_factory=DistillConfig)  # on-policy distillation (method.distill.teacher)
 
 
@@ -61,6 +67,24 @@ def _loss_keys() -> list[str]:
     return [f.name for f in dataclasses.fields(PolicyLossConfig)]
 
 
+# The knobs that belong to one policy loss: a config that names another loss starts them from their defaults,
+# not from the method's (CURE's PPO-clip eps_high 0.28 is no knob of GSPO).
+_OWN_KNOBS_OF_A_LOSS = ("eps_low", "eps_high", "dual_clip", "policy_loss_kwargs")
+
+
+def method_loss(name: str, knobs: Mapping) -> PolicyLossConfig:
+    """Method `name`'s loss with the loss knobs a `method` section sets (`knobs`, flat; a knob at None, or an
+    empty `policy_loss_kwargs`, is unset) in place of its own. Naming another `policy_loss` than the method's also
+    resets that loss's own knobs (`eps_low`, `eps_high`, `dual_clip`, `policy_loss_kwargs`) to their defaults."""
+    own = METHODS[name].default_loss
+    knobs = {k: v for k, v in plain(knobs).items() if v is not None and not (k == "policy_loss_kwargs" and not v)}
+    check_known("method", knobs, _loss_keys())
+    base = section_dict(own)
+    if "policy_loss" in knobs and VERL_NAMES.get(knobs["policy_loss"], knobs["policy_loss"]) != own.policy_loss:
+        base.update({k: v for k, v in section_dict(PolicyLossConfig()).items() if k in _OWN_KNOBS_OF_A_LOSS})
+    return read_section(PolicyLossConfig, "method", {**base, **knobs})
+
+
 def read_method_config(values) -> MethodConfig:
     """A `method` section (ConfigDict or mapping) as a MethodConfig; any key that is not a knob of the section, of
     the named method (`extra`) or of the named estimator (`estimator_kwargs`) is refused, naming the valid ones."""
@@ -81,7 +105,7 @@ def read_method_config(values) -> MethodConfig:
                                    for k in gone))
     check_known("method.extra", extra, method_knobs(name), what=f"method {name!r}")
     check_known("method.estimator_kwargs", kwargs, estimator_knobs(estimator), what=f"estimator {estimator!r}")
-    loss = read_section(PolicyLossConfig, "method", {k: v for k, v in values.items() if k not in own})
+    loss = method_loss(name, {k: v for k, v in values.items() if k not in own})
     distill = read_section(DistillConfig, "method.distill", values.get("distill"))
     return MethodConfig(name=name, estimator=estimator, estimator_kwargs=kwargs, extra=extra, loss=loss,
                         distill=distill)
@@ -89,16 +113,20 @@ def read_method_config(values) -> MethodConfig:
 
 def method_section(config: MethodConfig) -> dict:
     """A MethodConfig as the plain dict of its config section (the loss knobs flat, as `read_method_config` reads
-    them)."""
+    them). A loss at None (the method's own) is written as its knobs at None, unset
+    (`experiment.config.default_config` types them, so that `--config.method.<knob>=v` can still set them)."""
     out = {k: getattr(config, k) for k in ("name", "estimator")}
     out.update(estimator_kwargs=dict(config.estimator_kwargs), extra=dict(config.extra),
                distill=section_dict(config.distill))
-    return {**out, **section_dict(config.loss)}
+    if config.loss is not None:
+        return {**out, **section_dict(config.loss)}
+    return {**out, **{k: None for k in _loss_keys()}, "policy_loss_kwargs": {}}
 
 
 def make_method(cfg, teacher=None):
     """cfg: a MethodConfig, or a `method` section (ConfigDict/dict: `name`, `estimator`, `estimator_kwargs`,
-    `extra`, `distill` and the PolicyLossConfig fields), checked by `read_method_config` first. teacher: an
+    `extra`, `distill` and the PolicyLossConfig fields), checked by `read_method_config` first; a loss the config
+    leaves unset is the method class's own (`default_loss`). teacher: an
     in-memory distillation teacher (a model), used in place of `distill.teacher`'s checkpoint."""
     mc = cfg if isinstance(cfg, MethodConfig) else read_method_config(cfg)
     # Both keyword sets go into one call: the checks above keep them apart (no key is valid in both).

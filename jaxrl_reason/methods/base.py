@@ -127,6 +127,14 @@ class Method(Protocol):
     tasks: tuple[str, ...]  # the tasks whose rows `build` returns (registered when the class is defined)
     uses_zero_signal_groups: bool  # trains on groups with equal rewards: DAPO dynamic sampling is refused
 
+    critic: Optional[str]  # None | "head" | "separate": what `prepare` attaches beside the policy
+
+    def check(self, config, task, tokenizer) -> None:  # start-up: refuse a run it cannot train, naming the knob
+        ...
+
+    def prepare(self, model, seed: int) -> None:  # before the update is built: attach what it trains beside the policy
+        ...
+
     def terms(self) -> tuple[TermSpec, ...]:
         ...
 

@@ -27,11 +27,12 @@ each with a knob (docs/methods/cipo.md).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from jaxrl_reason.data.prompts import SOLVE_INSTRUCTION, replay_correction_prompt
+from jaxrl_reason.data.testbed import correction_target, injected_wrong, task_of
 from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages, solve_rows
 from jaxrl_reason.methods.rlv import RLV
@@ -161,7 +162,7 @@ class CIPO(GRPO):
     name = "cipo"
     tasks = ("solve", "correct")
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  correction_samples: int = 4, replay_prompts: int = 0, rho_init: float = 0.5, rho_min: float = 0.1,
                  rho_max: float = 0.9, rho_step: float = 0.05, tau_low: float = 0.6, tau_high: float = 0.9,
                  delta: float = 0.1, window: int = 8, drop_test: str = "step", alpha: float = 2.0,
@@ -189,7 +190,7 @@ class CIPO(GRPO):
                               it: such groups' advantages grow alpha-fold against the others'
         """
         super().__init__(estimator, loss, **kwargs)
-        if loss.overlong_buffer or loss.overlong_filter:
+        if self.loss.overlong_buffer or self.loss.overlong_filter:
             raise ValueError("cipo does not apply DAPO's overlong shaping or filter to correction rows; set "
                              "method.overlong_buffer=0 and method.overlong_filter=False")
         if int(correction_samples) < 2:
@@ -227,6 +228,25 @@ class CIPO(GRPO):
             raise ValueError(f"cipo correction_estimator={correction_estimator!r} is unknown; use '' (the method's) "
                              f"or one of {sorted(adv_lib.ESTIMATORS)}")
         self.correction_estimator = correction_estimator
+
+    def check(self, config, task, tokenizer) -> None:
+        """Fails before any training when corrections open with the worked check (data.correction_format
+        "worked_check") and a correction gets fewer new tokens than a check and a worked solution take under this
+        tokenizer: every correction would be cut before its answer and score 0."""
+        super().check(config, task, tokenizer)
+        data = config.data
+        if data.correction_format == "solution":
+            return
+        budget = self.correction_max_new_tokens or config.rl.max_new_tokens
+        tb, rng = task_of(data.source), np.random.default_rng(config.seed)
+        need = max((len(tokenizer.encode(correction_target(tb, e.question, injected_wrong(tb, e, rng)[0], e.solution,
+                                                           data.correction_format))) for e in task.train[:32]),
+                   default=0)
+        if need > budget:
+            raise ValueError(f"config method.extra.correction_max_new_tokens={budget} (0 = rl.max_new_tokens) is "
+                             f"shorter than a {data.source} correction that opens with the worked check under this "
+                             f"tokenizer (up to {need} tokens): such corrections would be cut before their answer; "
+                             f"set it to at least {need}")
 
     def terms(self) -> tuple[TermSpec, ...]:
         l = self.loss

@@ -32,6 +32,7 @@ import numpy as np
 
 from jaxrl_reason.data.prompts import (critique_format_penalty, critique_prompt, critique_verdict_prefix,
                                        guided_prompt, parse_critique)
+from jaxrl_reason.data.testbed import TASK_MODULES, longest_critique, task_of
 from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages
 from jaxrl_reason.rl import advantages as adv_lib
@@ -271,10 +272,11 @@ class CURE(GRPO):
     # drops them, must be refused (the trainer checks this).
     uses_zero_signal_groups = True
     removed_knobs = REMOVED_KNOBS  # read_method_config names the replacement of a removed method.extra key
+    default_loss = PAPER_LOSS
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PAPER_LOSS, *,
-                 guided_samples: int = 4, critique_batch_size: int = 0, critique_acc_range=(0.0, 0.9),
-                 critique_zero_pass_floor: float = 0.125, replay_acc_range=(0.0, 0.0),
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
+                 guided_samples: int = 4, critique_batch_size: int = 0, critique_acc_range: tuple = (0.0, 0.9),
+                 critique_zero_pass_floor: float = 0.125, replay_acc_range: tuple = (0.0, 0.0),
                  max_replay_per_query: int = 0, critique_advantage_scale: float = 2.0,
                  verdict_advantage: float = 1.0, critique_max_new_tokens: int = 384, guided_max_new_tokens: int = 0,
                  format_penalty_missing: float = -0.5, format_penalty_short_hint: float = -0.25,
@@ -302,13 +304,13 @@ class CURE(GRPO):
                                    (solve: 1); per_task only
         rescore_rows / rescore_chunk: rows per forward and time chunk (0 = none) when recomputing pi_old
         """
-        if loss.overlong_buffer or loss.overlong_filter:
-            raise ValueError("cure does not apply DAPO's overlong shaping or filter (its critique and guided rows "
-                             "have their own budgets); set method.overlong_buffer=0 and method.overlong_filter=False")
         removed = sorted(set(estimator_kwargs) & set(REMOVED_KNOBS))
         if removed:
             raise ValueError("; ".join(f"cure {k} was removed: {REMOVED_KNOBS[k]}" for k in removed))
         super().__init__(estimator, loss, **estimator_kwargs)
+        if self.loss.overlong_buffer or self.loss.overlong_filter:
+            raise ValueError("cure does not apply DAPO's overlong shaping or filter (its critique and guided rows "
+                             "have their own budgets); set method.overlong_buffer=0 and method.overlong_filter=False")
         if int(guided_samples) < 1:
             raise ValueError(f"cure guided_samples (M) must be >= 1, got {guided_samples}")
         if int(critique_max_new_tokens) < 1:
@@ -350,6 +352,28 @@ class CURE(GRPO):
         self.task_pooling = task_pooling
         self.critique_weight, self.guided_weight = float(critique_weight), float(guided_weight)
         self.rescore_rows, self.rescore_chunk = int(rescore_rows), int(rescore_chunk) or None
+
+    def check(self, config, task, tokenizer) -> None:
+        """Fails before any training when a run on a testbed task gives its critiques fewer new tokens than the
+        task's own critiques take under this tokenizer: those would be cut before their hint and fail to parse."""
+        super().check(config, task, tokenizer)
+        data = config.data
+        if data.source not in TASK_MODULES:
+            return
+
+        def after_verdict(text: str) -> int:  # the budget counts what follows the teacher-forced verdict line
+            for w in (True, False):
+                text = text.removeprefix(critique_verdict_prefix(w))
+            return len(tokenizer.encode(text))
+
+        need = longest_critique(task_of(data.source), task.train[:32], after_verdict, seed=config.seed,
+                                extent=data.inject_extent)
+        if need > self.critique_max_new_tokens:
+            raise ValueError(f"config method.extra.critique_max_new_tokens={self.critique_max_new_tokens} is shorter "
+                             f"than a {data.source} critique after its verdict line under this tokenizer (up to {need} "
+                             f"tokens): such critiques would be cut before their hint and fail to parse; set it to at "
+                             f"least {need}, or train the BPE on the critique rows (tokenizer.aux_corpus=True) to "
+                             "shorten them")
 
     def terms(self) -> tuple[TermSpec, ...]:
         """per_task: a PPO-clip term per task, then (beta > 0) a KL term per task in that task's aggregation,

@@ -141,12 +141,28 @@ class GRPO:
         for t in cls.tasks:
             register_task(t)
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), **estimator_kwargs):
+    # The loss the method trains when its config sets none (`loss=None`): a method brings its paper's loss, so
+    # `method.name=cure` on a config written for GRPO trains CURE's, not GRPO's (`methods.method_loss`).
+    default_loss = PolicyLossConfig()
+
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, **estimator_kwargs):
         if estimator not in adv_lib.ESTIMATORS:
             raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {sorted(adv_lib.ESTIMATORS)}")
         self.estimator = estimator
         self.estimator_kwargs = estimator_kwargs
-        self.loss = loss
+        self.loss = self.default_loss if loss is None else loss
+
+    # What the method trains beside the policy: None | "head" | "separate" (PPO's critic, attached by `prepare`).
+    critic: Optional[str] = None
+
+    def check(self, config, task, tokenizer) -> None:
+        """Start-up hook: fails before any training when the method cannot run on the run's typed `config`
+        (experiment.config.RunConfig), its data `task` (experiment.data.TaskData) under this `tokenizer`, naming the
+        knob and the fix (e.g. CURE's critique budget against the task's critiques). Solve rows need nothing."""
+
+    def prepare(self, model, seed: int) -> None:
+        """Trainer hook, before the update is built: attach to `model` (in place) what the method trains beside
+        the policy (PPO's critic), seeded by `seed`. GRPO trains the policy alone."""
 
     def terms(self) -> tuple[TermSpec, ...]:
         return self.loss.terms(("solve",))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,7 @@ from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.methods.base import Context, Rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, shaped_rewards, solve_rows
 from jaxrl_reason.methods.rlv import RLV
-from jaxrl_reason.models.qwen2 import CRITIC_INITS
+from jaxrl_reason.models.qwen2 import CRITIC_INITS, attach_critic, attach_value_head
 from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches
 from jaxrl_reason.rl.gae import VALUE_TASK, WHITENING, gae, value_spec, whiten
 from jaxrl_reason.rl.losses import TermSpec
@@ -122,7 +122,7 @@ class PPO(GRPO):
     name = "ppo"
     tasks = ("solve", VALUE_TASK)
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *, gamma: float = 1.0,
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *, gamma: float = 1.0,
                  lam: float = 1.0, whiten: str = "masked_batch", value_coef: float = 0.1, value_clip: float = 0.2,
                  value_rows_per_call: int = 32, critic: str = "head", critic_init: str = "policy",
                  critic_lr_scale: float = 1.0, **estimator_kwargs):
@@ -159,6 +159,17 @@ class PPO(GRPO):
         self.value_coef, self.value_clip = float(value_coef), float(value_clip)
         self.value_rows_per_call = int(value_rows_per_call)
         value_spec(clip_eps=self.value_clip)  # refuses a bad clip at construction, not at the first step
+
+    def prepare(self, model, seed: int) -> None:
+        if self.critic == "head":
+            # The critic shares the policy's trunk: a zero value head joins the param tree (in place, so whoever
+            # holds the module -- a pipeline evaluating or saving it -- sees the trainer's structure), and is then
+            # trained, checkpointed and restored with the policy. The HF save drops it unless asked.
+            attach_value_head(model)
+        else:
+            # A critic model of its own, in the same param tree, that only the value loss trains; its learning rate
+            # and gradient clip are its own (train.state.make_optimizer).
+            attach_critic(model, init=self.critic_init, seed=seed)
 
     def terms(self) -> tuple[TermSpec, ...]:
         return super().terms() + (value_spec((VALUE_TASK,), weight=self.value_coef, clip_eps=self.value_clip),)

@@ -85,7 +85,7 @@ class RLV(GRPO):
     name = "rlv"
     tasks = ("solve", "verify")
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  verify_weight: float = 1.0, balance: str = "subsample", max_verify_rows: int = 0,
                  measure_verifier: bool = True, **estimator_kwargs):
         """verify_weight: lambda; balance: "subsample" | "per_question" | "none" (see `balanced_indices`);

@@ -10,7 +10,7 @@ own G rollouts (`s0_from_group`); a continuation from boundary b keeps the rollo
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -70,7 +70,7 @@ class VinePPO(GRPO):
 
     name = "vineppo"
 
-    def __init__(self, estimator: str = "grpo", loss: PolicyLossConfig = PolicyLossConfig(), *,
+    def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  vine_samples: int = 4, max_steps: int = 8, boundary_text: str = "\n", s0_from_group: bool = True,
                  **kwargs):
         """vine_samples: K continuations per boundary; max_steps: cap on steps per solution (max_steps - 1

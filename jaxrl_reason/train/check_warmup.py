@@ -98,14 +98,16 @@ def check_accuracy(model, tokenizer, rows: Sequence[Example], check_tokens: int,
 
 
 def check_warmup(model, tokenizer, task: TestbedTask, examples: Sequence[Example], solve_examples: Sequence[Example],
-                 *, steps: int, check_tokens: int, batch_size: int = 40, lr: float = 1e-3, warmup_steps: int = 10,
-                 solve_share: float = 1.0, seed: int = 0, verify_format: str = "worked_check",
-                 inject_extent: str = "minimal", rows_as: str = "verify", extra_rows: Sequence[Example] = (),
-                 span_weights=None, pack: bool = False, checkpoint_dir: Optional[str] = None,
-                 checkpoint_every: int = 100, target: float = 0.0, max_rounds: int = 1,
+                 *, steps: int, check_tokens: int, batch_size: int, lr: float, warmup_steps: int,
+                 solve_share: float, verify_format: str, inject_extent: str, rows_as: str, pack: bool,
+                 target: float, max_rounds: int, seed: int = 0, extra_rows: Sequence[Example] = (),
+                 span_weights=None, checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0,
                  prompt_fn: Callable[[str], str] = solve_prompt, writer: Optional[MetricsWriter] = None,
                  progress: bool = True, mesh=None) -> dict:
-    """The worked-check warm-up (module docstring); updates `model` in place.
+    """The worked-check warm-up (module docstring); updates `model` in place. The knobs a run config owns have
+    no default here: their one default is the `sft` section's (`sft.check_*`, `sft.warmup_steps`, `sft.pack`) or
+    the `data` section's (`verify_format`, `inject_extent`, `check_tokens`), passed by
+    `experiment.warmup.run_check_warmup`.
 
     examples: the questions whose contrast pairs it trains on (the first `heldout_questions(len(examples))` held
     out); solve_examples: the worked solutions mixed in, `solve_share` per check row (at least one);

@@ -28,7 +28,6 @@ from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, gen
 from jaxrl_reason.methods.grpo import GRPO
 from jaxrl_reason.rollout.multiturn import ToolConfig, multi_turn_sample
 from jaxrl_reason.models import lora as lora_lib
-from jaxrl_reason.models.qwen2 import attach_critic, attach_value_head
 from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.parallel import mesh as pmesh
 from jaxrl_reason.parallel import rules as prules
@@ -204,19 +203,10 @@ class Trainer:
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
         self.cfg, self.workdir = config, workdir
         self.eval_examples = list(eval_examples or [])
-        critic = getattr(method, "critic", None)
-        if critic == "head":
-            # PPO's critic shares the policy's trunk: a zero value head joins the param tree (in place, so whoever
-            # holds the module -- a pipeline evaluating or saving it -- sees the trainer's structure), and is then
-            # trained, checkpointed and restored with the policy. The HF save drops it unless asked.
-            attach_value_head(model)
-        elif critic == "separate":
-            # A critic model of its own, in the same param tree (so one update, one checkpoint, one sharding), that
-            # only the value loss trains; its learning rate and gradient clip are its own (make_optimizer).
-            attach_critic(model, init=method.critic_init, seed=config.seed)
-        elif critic is not None:
-            raise ValueError(f"method {method.name!r} asks for critic={critic!r}; the trainer builds 'head' or "
-                             "'separate'")
+        # What the method trains beside the policy joins the model's param tree here (PPO's critic), so that one
+        # update, one checkpoint and one sharding serve both.
+        method.prepare(model, config.seed)
+        critic = method.critic
         lora_lib.attach_lora(model, lora, seed=config.seed)
         self.lora = bool(lora_lib.adapted(model))
         self.lora_dropout = self.lora and lora.dropout > 0
@@ -571,8 +561,8 @@ def checked_update(update, params, opt_state, batch, *, where: str, scored: Opti
     return out
 
 
-def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: float, seed: int = 0,
-              warmup_steps: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
+def sft_train(model, tokenizer, examples, *, steps: int, batch_size: int, lr: float, warmup_steps: int,
+              seed: int = 0, schedule: str = "cosine", micro_batches: int = 1, progress: bool = True,
               writer: Optional[MetricsWriter] = None, prompt_fn: Callable[[str], str] = solve_prompt, mesh=None,
               rules: prules.Rules = prules.DEFAULT_RULES, span_weights: Optional[SpanWeights] = None,
               pack: bool = False, checkpoint_dir: Optional[str] = None, checkpoint_every: int = 100,

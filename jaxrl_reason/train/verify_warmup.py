@@ -83,16 +83,19 @@ def contrast_pairs(examples: Sequence[Example], contrast_fn: Callable[[Example, 
     return questions, solutions, np.tile(np.array([True, False]), len(examples))
 
 
-def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, steps: int, batch_size: int = 32,
-                  solve_batch_size: int = 8, lr: float = 1e-3, warmup_steps: int = 10, samples_per_question: int = 4,
-                  max_new_tokens: int = 64, temperature: float = 0.7, holdout_frac: float = 0.1, seed: int = 0,
+def verify_warmup(model, tokenizer, examples: Sequence, reward_fn: Callable, *, steps: int, batch_size: int,
+                  solve_batch_size: int, lr: float, warmup_steps: int, samples_per_question: int,
+                  max_new_tokens: int, temperature: float, balance: str, holdout_frac: float = 0.1, seed: int = 0,
                   progress: bool = True, writer: Optional[MetricsWriter] = None,
-                  prompt_fn: Callable[[str], str] = solve_prompt, balance: str = "subsample",
+                  prompt_fn: Callable[[str], str] = solve_prompt,
                   contrast_fn: Optional[Callable[[Example, np.random.Generator], str]] = None, mesh=None,
-                  checkpoint_dir: Optional[str] = None, checkpoint_every: int = 100) -> dict:
-    """Self-labelled verification warm-up (module docstring); updates `model` in place. mesh: the mesh to sample
-    and train on (None: the one-device mesh). checkpoint_dir, checkpoint_every: `train_verdicts`' (a stopped
-    warm-up samples its rows again, the same ones, and resumes its updates from the last save).
+                  checkpoint_dir: Optional[str] = None, checkpoint_every: int = 0) -> dict:
+    """Self-labelled verification warm-up (module docstring); updates `model` in place. The knobs a run config
+    owns have no default here: their one default is the `sft` section's (`sft.verify_*`, `sft.warmup_steps`) or
+    the `rl` section's (`max_new_tokens`, `temperature`), passed by `experiment.warmup.run_verify_warmup`.
+    mesh: the mesh to sample and train on (None: the one-device mesh). checkpoint_dir, checkpoint_every:
+    `train_verdicts`' (a stopped warm-up samples its rows again, the same ones, and resumes its updates from the
+    last save).
 
     balance: "subsample" (class balance over all rows) | "per_question" (within each question; see
     `methods.rlv.balanced_indices`).

@@ -1,2 +1,0 @@
-"""The preset itself, with its notes and commands: jaxrl_reason/configs/vineppo_v.py."""
-from jaxrl_reason.configs.vineppo_v import get_config  # noqa: F401
