@@ -21,7 +21,7 @@ needs_libtpu = pytest.mark.skipif(not cc.libtpu_available(),
                                   reason='libtpu is not installed (pip install "jax[tpu]==<jax version>")')
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "experiments" / "configs" / "tiny_default.py")
+TINY = str(ROOT / "jaxrl_reason" / "configs" / "tiny_default.py")
 # Small rows and lengths: what is checked is the path (the rule shardings, the donation, the report), not the size.
 SMALL = ["--config.parallel.mesh_shape.fsdp=2", "--config.rl.prompts_per_step=2", "--config.rl.samples_per_prompt=2",
          "--config.rl.max_new_tokens=8", "--config.parallel.prompt_tokens=8", "--config.rl.eval_every=0"]
