@@ -48,6 +48,43 @@ def test_overrides_parse_as_the_training_script_parses_them():
     assert cfg.rl.lr == 1e-4 and cfg.rl.steps == 7 and cfg.method.name == "rlv"
     assert cfg.method.extra.verify_weight == 0.3 and cfg.data.operations == "+-"
     assert tiny_base().rl.steps == 2  # the base is copied, not changed
+    assert dict(cmp.apply_overrides(cfg, ["method.extra={}"]).method.extra) == {}
+    with pytest.raises(ValueError, match=r"method.extra is a section; give it a dict"):
+        cmp.apply_overrides(cfg, ["method.extra=1"])
+
+
+@pytest.mark.parametrize("preset, layout", [("testbed_latin_cure", "first"), ("testbed_latin_cure_check", "after")])
+def test_a_grpo_arm_of_a_cure_preset_shares_its_warm_up_and_guided_layout(preset, layout, tmp_path):
+    """The GRPO arm of a CURE comparison (the preset with method.name=grpo and CURE's knobs dropped) warms up as the
+    CURE arm does, guided re-solve rows in the CURE arm's layout included: the two share one warm-up. (When the
+    layout was a CURE method knob, dropping the knobs dropped it, and the re-solve fixed 0 of 51 flagged wrong
+    attempts, docs/results/cure_testbed.md.)"""
+    import importlib
+
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import row_formats
+
+    base = importlib.import_module(f"jaxrl_reason.configs.{preset}").get_config()
+    cells = cmp.plan(base, [cmp.Arm.parse("grpo:method.name=grpo,method.extra={}"), cmp.Arm("cure")], [0], "grpo",
+                     str(tmp_path))
+    grpo, cure = (read_run_config(cells[a, 0]) for a in ("grpo", "cure"))
+    assert (grpo.method.name, cure.method.name) == ("grpo", "cure")
+    assert grpo.data.guided_layout == cure.data.guided_layout == row_formats(cure.data).guided_layout == layout
+    assert grpo.sft == cure.sft and cmp.warmup_key(grpo) == cmp.warmup_key(cure)
+
+
+def test_token_curve_counts_rollouts_and_vine_continuations(tmp_path):
+    (tmp_path / "logs").mkdir()
+    records = [{"step": 1, "length/mean": 10.0, "vine/extra_tokens": 500.0},
+               {"step": 2, "length/mean": 20.0, "vine/extra_tokens": 100.0},
+               {"step": 2, "eval/accuracy": 0.6},
+               {"step": 3, "length/mean": 5.0}]
+    (tmp_path / "logs" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "results.json").write_text(json.dumps({"before": {"accuracy": 0.5}, "after": {"accuracy": 0.7}}))
+    c = cmp.token_curve(str(tmp_path), rollouts_per_step=8)
+    # 80 + 500, then 160 + 100 (evaluated there), then 40 more to the final checkpoint
+    assert c["x"] == pytest.approx([0, 840, 880]) and c["y"] == [0.5, 0.6, 0.7] and c["step"] == [0, 2, 3]
+    assert c["steps"] == 3 and c["total_tokens"] == pytest.approx(880)
 
 
 def test_cells_differ_only_by_their_overrides_and_seed(tmp_path):
@@ -98,6 +135,20 @@ def test_warmup_key_follows_the_settings_that_shape_the_warmup():
     assert key() == key("rl.lr=1e-4", "method.name=rlv", "rl.steps=9", "workdir=/elsewhere")
     for o in ("sft.lr=1e-3", "seed=1", "rl.max_new_tokens=20", "model.hidden_size=64", "data.train_size=301"):
         assert key(o) != key(), o
+
+
+def test_cli_refuses_a_bad_arm_by_name_before_training(tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(root, "experiments", "compare.py"), "--config",
+                           os.path.join(root, "experiments", "configs", "grpo.py"), "--arm", "grpo",
+                           "--arm", "rlv:method.name=rlv,method.extra.verify_wieght=1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root, JAX_PLATFORMS="cpu"),
+                          timeout=600)
+    assert done.returncode != 0 and "arm 'rlv'" in done.stderr and "verify_wieght" in done.stderr, done.stderr[-2000:]
+    assert not os.path.exists(tmp_path / "runs")
 
 
 # ------------------------------------------------------------------------------------------- paired differences

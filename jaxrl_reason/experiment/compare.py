@@ -86,7 +86,8 @@ def apply_overrides(cfg, overrides: Sequence[str]):
     """A copy of the ConfigDict `cfg` with "key=value" overrides parsed as experiments/train.py parses
     `--config.key=value` (ml_collections' flags). A key new to an open section (method.extra.*,
     method.estimator_kwargs.*) is added with its value read as a Python literal (else as a string); an unknown key
-    elsewhere is refused later by the typed config, naming it and the valid ones."""
+    elsewhere is refused later by the typed config, naming it and the valid ones. A section given a dict literal
+    ("method.extra={}") is replaced by it."""
     import ast
 
     import ml_collections
@@ -105,6 +106,18 @@ def apply_overrides(cfg, overrides: Sequence[str]):
                                  f"{', '.join(sorted(cfg.keys()))}")
             node = node[part]
         leaf = key.rsplit(".", 1)[-1]
+        if leaf in node and isinstance(node[leaf], ml_collections.ConfigDict):
+            # a whole open section, e.g. method.extra={} (a GRPO arm of a CURE preset drops CURE's knobs)
+            try:
+                literal = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                literal = None
+            if not isinstance(literal, dict):
+                raise ValueError(f"override {o!r}: {key} is a section; give it a dict ({key}={{}} empties it) or set "
+                                 f"one knob ({key}.KNOB=VALUE)")
+            with node.unlocked():
+                node[leaf] = ml_collections.ConfigDict(literal)
+            continue
         if leaf not in node:
             try:
                 literal = ast.literal_eval(value)
@@ -184,7 +197,9 @@ WARMUP_REPORT = ("sft_seconds", "own_attempts", "check_warmup", "verify_warmup")
 
 def _share_warmup(cfg, cache: str) -> bool:
     """Starts the cell from the cached warm-up (tokenizer, warmed-up model, its report); -> whether there was one."""
-    if not os.path.exists(os.path.join(cache, "done.json")) or os.path.exists(os.path.join(cfg.workdir, "results.json")):
+    if os.path.exists(os.path.join(cfg.workdir, "results.json")):  # the cell has begun: it resumes its own
+        return False
+    if not os.path.exists(os.path.join(cache, "done.json")):
         return False
     os.makedirs(cfg.workdir, exist_ok=True)
     for name in ("tokenizer", "sft_model"):
@@ -251,12 +266,15 @@ def _checkpoint_digest(path: str) -> str:
 
 
 def resolve_spec(spec: EvalSpec, rc) -> EvalSpec:
-    """The spec's run-own fields (None) filled from the run: its completion budget, temperature, seed, and the
-    check its verifier writes (data.check_tokens when data.verify_format writes one, else 0)."""
+    """The spec's run-own fields (None, `evaluation.RUN_OWN`) filled from the run: its completion budget,
+    temperature, seed, the check its verifier writes (data.check_tokens when data.verify_format writes one, else 0)
+    and its guided layout, critique and correction formats."""
     from jaxrl_reason.data.testbed import CHECK_FORMATS
 
     fill = {"max_new_tokens": rc.rl.max_new_tokens, "temperature": rc.rl.temperature, "seed": rc.seed,
-            "check_tokens": rc.data.check_tokens if rc.data.verify_format in CHECK_FORMATS else 0}
+            "check_tokens": rc.data.check_tokens if rc.data.verify_format in CHECK_FORMATS else 0,
+            "guided_layout": rc.data.guided_layout, "critique_format": rc.data.critique_format,
+            "correction_format": rc.data.correction_format}
     return dataclasses.replace(spec, **{k: v for k, v in fill.items() if getattr(spec, k) is None})
 
 

@@ -26,11 +26,17 @@ __all__ = ["EvalSpec", "GRADERS", "answer_reward", "evaluate_run", "example_grad
            "write_outputs"]
 
 
+# The fields a run can fill in (`experiment.compare.resolve_spec`) when a spec leaves them at None.
+RUN_OWN = ("max_new_tokens", "temperature", "seed", "check_tokens", "guided_layout", "critique_format",
+           "correction_format")
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalSpec:
     """How a checkpoint is evaluated. A field at None is the run's own value when `experiment.compare` evaluates a
     run (max_new_tokens: rl.max_new_tokens, temperature: rl.temperature, seed: the run's seed, check_tokens: its
-    data.check_tokens when its verifier writes a check, else 0); `evaluate_run` needs them set."""
+    data.check_tokens when its verifier writes a check, else 0; guided_layout, critique_format and
+    correction_format: its data section's); `evaluate_run` needs them set."""
 
     n: int = 16  # samples per question
     ks: tuple = ()  # the k grid of every vote (empty: 1, 2, 4, ..., n)
@@ -57,14 +63,14 @@ class EvalSpec:
     refine_rounds: int = 0  # CURE self-refinement rounds from each question's first pool sample (0: off)
     refine_temperature: Optional[float] = None  # critiques' and re-solves' temperature (None: temperature)
     critique_max_new_tokens: Optional[int] = None  # critique budget (None: max_new_tokens)
-    guided_layout: str = "after"  # the re-solve prompt: after (problem, then guidance) | first
-    critique_format: str = "fields"  # fields (the paper's four) | worked_check (the task's check first)
+    guided_layout: Optional[str] = "after"  # the re-solve prompt: after (problem, then guidance) | first
+    critique_format: Optional[str] = "fields"  # fields (the paper's four) | worked_check (the task's check first)
     length_budgets: tuple = ()  # increasing budgets for confidence-based length selection (N fresh samples each)
     tau: float = 0.8  # length selection stops where the weighted-vote winner holds >= tau of the verifier score
     budget_forcing: tuple = ()  # total budgets k for budget forcing
     forcing_buffer: int = 64  # budget forcing's buffer b: sample k - b tokens, then conclude within b
     correction_rounds: int = 0  # CIPO self-correction rounds of the model's own greedy attempts (0: off)
-    correction_format: str = "solution"  # solution (the paper's) | worked_check (the task's check first)
+    correction_format: Optional[str] = "solution"  # solution (the paper's) | worked_check (the task's check first)
     correction_max_new_tokens: Optional[int] = None  # a correction's budget (None: max_new_tokens)
 
     def __post_init__(self):
@@ -96,7 +102,7 @@ class EvalSpec:
                              f"{self.budget_forcing}; lower forcing_buffer or raise the budgets")
         for name, allowed in (("grader", GRADERS), ("guided_layout", GUIDED_LAYOUTS),
                               ("critique_format", CRITIQUE_FORMATS), ("correction_format", CORRECTION_FORMATS)):
-            if getattr(self, name) not in allowed:
+            if getattr(self, name) not in allowed and not (name != "grader" and getattr(self, name) is None):
                 raise ValueError(f"EvalSpec.{name} must be one of {' | '.join(allowed)}, got {getattr(self, name)!r}")
         from jaxrl_reason.rewards.math import ANSWER_EXTRACTIONS
 
@@ -106,7 +112,7 @@ class EvalSpec:
 
     def unset(self) -> list:
         """The fields a run fills in (None): `evaluate_run` refuses a spec that has any."""
-        return [f for f in ("max_new_tokens", "temperature", "seed", "check_tokens") if getattr(self, f) is None]
+        return [f for f in RUN_OWN if getattr(self, f) is None]
 
 
 def read_eval_spec(values) -> EvalSpec:
