@@ -295,7 +295,8 @@ def per_question(results: dict) -> dict:
 
 def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = evaluate_run) -> dict:
     """The evaluation of a cell's final checkpoint on its held-out split under `spec`, cached in `cache_dir` by
-    (checkpoint bytes, held-out file, resolved spec): a second call with the same three reads the cache."""
+    (checkpoint bytes, held-out file, resolved spec, the run's data section and answer instruction): a second call
+    with the same reads the cache."""
     from jaxrl_reason.data.datasets import load_examples
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.models.hf_port import load_pretrained
@@ -304,13 +305,19 @@ def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = eval
     rc = read_run_config(cfg)
     spec = dataclasses.replace(resolve_spec(spec, rc), keep_samples=True)
     final, heldout = os.path.join(cfg.workdir, "final"), os.path.join(cfg.workdir, "heldout.jsonl")
+    extra = cfg.method.get("extra") or {}
+    answer_instruction = extra.get("answer_instruction")
+    # what grades and prompts the evaluation (the task, a CIPO run's answer instruction) is part of its key too
     key = hashlib.sha256("|".join([_checkpoint_digest(final), open(heldout).read(),
-                                   json.dumps(dataclasses.asdict(spec), sort_keys=True)]).encode()).hexdigest()[:20]
+                                   json.dumps(dataclasses.asdict(spec), sort_keys=True),
+                                   json.dumps(run_config_dict(rc)["data"], sort_keys=True, default=str),
+                                   str(answer_instruction)]).encode()).hexdigest()[:20]
     path = os.path.join(cache_dir, f"{key}.json")
     if os.path.exists(path):
         return json.load(open(path))
+    task = build_data(rc.data, rc.seed)
     res = evaluate(load_pretrained(final), Tokenizer.from_pretrained(final), load_examples(heldout), spec,
-                   reward_fn=build_data(rc.data, rc.seed).reward_fn)
+                   reward_fn=task.reward_fn, prompt_fn=task.prompt_fn, answer_instruction=answer_instruction)
     res["per_question"] = per_question(res)
     res.pop("samples", None)
     os.makedirs(cache_dir, exist_ok=True)

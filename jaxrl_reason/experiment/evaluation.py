@@ -126,11 +126,13 @@ def read_eval_spec(values) -> EvalSpec:
 
 
 def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec, *, reward_fn=None, judge=None,
-                 problems: Optional[Sequence] = None) -> dict:
+                 problems: Optional[Sequence] = None, prompt_fn=None, answer_instruction: Optional[str] = None) -> dict:
     """Every strategy `spec` asks for on `examples` (Example objects; None with `problems` alone), from one pool of
     `spec.n` samples per question. reward_fn(completions, examples) -> RewardResult (default: the grader
     `spec.grader` names for these examples); judge: an optional (model, tokenizer) used as LLM-as-a-judge;
-    problems: buggy programs for DebugBench-style repair (`load_debug_bench`). Returns the results dict that
+    problems: buggy programs for DebugBench-style repair (`load_debug_bench`); prompt_fn / answer_instruction: the
+    task's solve prompt and a CIPO run's answer instruction for self-correction (default: the math ones). Returns
+    the results dict that
     `write_outputs` writes (its "config" says what ran)."""
     if spec.unset():
         raise ValueError(f"EvalSpec fields {spec.unset()} are None (a run's own values, which only "
@@ -191,7 +193,9 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
     if spec.correction_rounds and examples is not None:
         from jaxrl_reason.inference.correction import evaluate_correction
 
+        task_prompts = {k: v for k, v in (("prompt_fn", prompt_fn), ("answer_instruction", answer_instruction)) if v}
         results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=spec.correction_rounds,
+                                                    **task_prompts,
                                                     reward_fn=reward_fn, max_new_tokens=spec.max_new_tokens,
                                                     seed=spec.seed, batch_size=spec.batch_size,
                                                     correction_format=spec.correction_format,
