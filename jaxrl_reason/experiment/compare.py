@@ -293,6 +293,25 @@ def per_question(results: dict) -> dict:
     return out
 
 
+def strategy_scalars(results: dict) -> dict:
+    """The token-spending strategies' headline numbers of an evaluation, one scalar each: self-refinement's accuracy
+    per round, its round 0 -> 1 gain, round-1 strict verdict F1 and well-formed share; self-correction's accuracy per
+    round and round-1 fix and break rates."""
+    out = {}
+    if "refinement" in results:
+        rows = results["refinement"]["rows"]
+        out.update({f"refine_round{r['round']}_acc": r["acc"] for r in rows})
+        if len(rows) > 1:
+            out.update(refine_gain=rows[1]["acc"] - rows[0]["acc"], refine_f1_strict=rows[1].get("verdict_f1_strict"),
+                       refine_well_formed=rows[1].get("well_formed"))
+    if "correction" in results:
+        c = results["correction"]
+        out.update({f"correct_round{r['round']}_acc": r["acc"] for r in c["rows"]})
+        out.update(correct_fix_rate=c.get("correct/round1/fix_rate"),
+                   correct_break_rate=c.get("correct/round1/break_rate"))
+    return {k: (None if v is None or v != v else float(v)) for k, v in out.items()}  # nan: none to fix or break
+
+
 def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = evaluate_run) -> dict:
     """The evaluation of a cell's final checkpoint on its held-out split under `spec`, cached in `cache_dir` by
     (checkpoint bytes, held-out file, resolved spec, the run's data section and answer instruction): a second call
@@ -355,7 +374,7 @@ def paired_differences(base: Sequence, arm: Sequence, *, draws: int = 2000, seed
 
 
 def _median(values):
-    values = [v for v in values if v is not None]
+    values = [v for v in values if v is not None and v == v]
     return float(np.median(values)) if values else None
 
 
@@ -405,6 +424,7 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
             cell["eval"].update({"verifier_balanced_accuracy": e["verifier"]["self"]["balanced_accuracy"],
                                  "verifier_within_question_auroc": e["verifier"]["self"].get("within_question_auroc"),
                                  "mean_completion_tokens": e["mean_completion_tokens"]})
+            cell["eval"].update(strategy_scalars(e))
             cell["per_question"] = e["per_question"]
             cell["n"] = n
         results[name, seed] = cell
@@ -447,14 +467,16 @@ def summarize(cells: Mapping, arms: Sequence[str], seeds: Sequence[int], baselin
             continue
         base, this = [cells[baseline, s] for s in seeds], [cells[arm, s] for s in seeds]
         entry = {}
-        for m in ("before", "after", "at_budget"):
-            d = [t[m] - b[m] for t, b in zip(this, base)]
-            entry[m] = {"per_seed": [{"diff": x, "95": None} for x in d], "pooled": {"diff": float(np.mean(d)),
-                                                                                     "95": None}}
-        for m in (base[0].get("per_question") or {}):
+        for m in metrics:
             if all(m in c.get("per_question", {}) for c in base + this):
                 entry[m] = paired_differences([b["per_question"][m] for b in base],
                                               [t["per_question"][m] for t in this], draws=draws)
+                continue
+            value = lambda c: c.get(m, c.get("eval", {}).get(m))  # noqa: E731
+            d = [None if value(t) is None or value(b) is None else value(t) - value(b) for t, b in zip(this, base)]
+            known = [x for x in d if x is not None]
+            entry[m] = {"per_seed": [{"diff": x, "95": None} for x in d],
+                        "pooled": {"diff": float(np.mean(known)) if known else None, "95": None}}
         paired[arm] = entry
     curves = {arm: [dict(cells[arm, s]["curve"], seed=s) for s in seeds] for arm in arms}
     return {"baseline": baseline, "seeds": list(seeds), "budget_tokens": budget, "metrics": metrics, "rows": rows,
@@ -478,12 +500,12 @@ def markdown_report(summary: dict) -> str:
             f"**{_fmt(row[k]['median'])}** ({' / '.join(_fmt(v) for v in row[k]['seeds'])})" for k in m) + " |")
     lines += ["", f"## Against {summary['baseline']} (arm minus baseline, paired by seed)", "",
               "Per seed, then the pooled mean over seeds; [95% interval] from resampling the held-out questions "
-              "(only where per-question values exist: the evaluation's metrics).", "",
+              "(where per-question values exist: the sampled pool's pass@1, maj@n, BoN@n, weighted@n).", "",
               "| arm | metric | per seed | pooled |", "|---|---|---|---|"]
     for arm, entry in summary["paired"].items():
         for k, d in entry.items():
             def one(x):
-                return _fmt(x["diff"]) + ("" if x["95"] is None else f" [{_fmt(x['95'][0])}, {_fmt(x['95'][1])}]")
+                return _fmt(x["diff"]) + ("" if not x["95"] else f" [{_fmt(x['95'][0])}, {_fmt(x['95'][1])}]")
 
             lines.append(f"| {arm} | {labels.get(k, k)} | {' / '.join(one(x) for x in d['per_seed'])} | "
                          f"{one(d['pooled'])} |")
