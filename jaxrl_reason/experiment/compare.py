@@ -478,7 +478,8 @@ def summarize(cells: Mapping, arms: Sequence[str], seeds: Sequence[int], baselin
             entry[m] = {"per_seed": [{"diff": x, "95": None} for x in d],
                         "pooled": {"diff": float(np.mean(known)) if known else None, "95": None}}
         paired[arm] = entry
-    curves = {arm: [dict(cells[arm, s]["curve"], seed=s) for s in seeds] for arm in arms}
+    curves = {arm: [dict(cells[arm, s]["curve"], seed=s, workdir=cells[arm, s].get("workdir")) for s in seeds]
+              for arm in arms}
     return {"baseline": baseline, "seeds": list(seeds), "budget_tokens": budget, "metrics": metrics, "rows": rows,
             "paired": paired, "curves": curves}
 
