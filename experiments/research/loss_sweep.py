@@ -4,7 +4,8 @@
     python experiments/research/loss_sweep.py --out runs/loss_sweep
 
 Runs the notebook's code cells in order in one namespace (as tests/test_colabs.py does), without the lambda
-sweep's cell (its `compare` call), and stops after the loss sweep; writes <out>/loss_sweep.json (the cell's `loss_table`) and <out>/loss_sweep.png.
+sweep's cell (its `compare` call), and stops after the loss sweep; writes <out>/loss_sweep.json (the cell's
+`loss_table`) and <out>/loss_sweep.png.
 """
 import argparse
 import json
