@@ -488,6 +488,23 @@ def _fmt(v, digits=3):
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def curve_tables(summary: dict) -> list:
+    """Markdown lines: each arm's held-out accuracy at every evaluation during RL (step, generated training tokens,
+    accuracy: medians over the seeds that evaluated at that step, then each seed's accuracy)."""
+    lines = []
+    for arm, runs in summary["curves"].items():
+        steps = sorted({s for r in runs for s in r.get("step", [])})
+        if len(steps) < 2:
+            continue
+        lines += ["", f"## {arm}: held-out accuracy during RL", "", "| step | training tokens | accuracy | per seed |",
+                  "|---|---|---|---|"]
+        for step in steps:
+            at = [(r["x"][r["step"].index(step)], r["y"][r["step"].index(step)]) for r in runs if step in r["step"]]
+            lines.append(f"| {step} | {np.median([t for t, _ in at]):.0f} | **{_fmt(_median([a for _, a in at]))}** | "
+                         + " / ".join(_fmt(a) for _, a in at) + " |")
+    return lines
+
+
 def markdown_report(summary: dict) -> str:
     """summary.md: the per-arm table (median over seeds, then each seed), then each arm against the baseline."""
     m = summary["metrics"]
@@ -499,6 +516,9 @@ def markdown_report(summary: dict) -> str:
     for row in summary["rows"]:
         lines.append(f"| {row['arm']} | " + " | ".join(
             f"**{_fmt(row[k]['median'])}** ({' / '.join(_fmt(v) for v in row[k]['seeds'])})" for k in m) + " |")
+    lines += curve_tables(summary)
+    if not summary["paired"]:
+        return "\n".join(lines) + "\n"
     lines += ["", f"## Against {summary['baseline']} (arm minus baseline, paired by seed)", "",
               "Per seed, then the pooled mean over seeds; [95% interval] from resampling the held-out questions "
               "(where per-question values exist: the sampled pool's pass@1, maj@n, BoN@n, weighted@n).", "",
