@@ -383,16 +383,14 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
             train: Optional[Callable] = None, evaluate: Callable = evaluate_run, draws: int = 2000,
             plot: bool = True) -> dict:
     """Trains every arm for every seed, evaluates each final checkpoint with `spec` (None: training metrics only)
-    and reports them (module docstring). base_config: a ConfigDict or a config file path; arms: `Arm`s or their
+    and reports them (module docstring). base_config: a run's ConfigDict (a preset's get_config(), or
+    `configs.load_config_file(path)` as experiments/compare.py loads it); arms: `Arm`s or their
     "name:key=value,..." strings; baseline: the arm the others are compared with (default: the first); grid:
     {key: [values]} applied to every arm but the baseline; train: what trains one cell (`pipeline.run`).
     Writes <out_dir>/summary.json, summary.md and curves.png; returns the summary."""
-    from jaxrl_reason.configs import load_config_file
     from jaxrl_reason.experiment.pipeline import run
 
     train = train or run
-    if isinstance(base_config, (str, os.PathLike)):
-        base_config = load_config_file(str(base_config))
     arms = [a if isinstance(a, Arm) else Arm.parse(a) for a in arms]
     baseline = baseline or (arms[0].name if arms else "")
     arms = expand_grid(arms, grid, baseline)
