@@ -19,9 +19,6 @@ import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host runs on CPU; the topology's devices are only compiled for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 
 def main(argv=None) -> int:
