@@ -328,7 +328,7 @@ def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = eval
     answer_instruction = extra.get("answer_instruction")
     # what grades and prompts the evaluation (the task, a CIPO run's answer instruction) is part of its key too
     key = hashlib.sha256("|".join([_checkpoint_digest(final), open(heldout).read(),
-                                   json.dumps(dataclasses.asdict(spec), sort_keys=True),
+                                   json.dumps(dict(dataclasses.asdict(spec), progress=None), sort_keys=True),
                                    json.dumps(run_config_dict(rc)["data"], sort_keys=True, default=str),
                                    str(answer_instruction)]).encode()).hexdigest()[:20]
     path = os.path.join(cache_dir, f"{key}.json")
