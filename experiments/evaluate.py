@@ -1,49 +1,30 @@
 """Evaluate a checkpoint with every test-time strategy from one pool of samples.
 
     python experiments/evaluate.py --model DIR [--tokenizer DIR] --data FILE.jsonl --n 16 \
-        --max-new-tokens 1024 --out DIR [--judge DIR]
+        --max-new-tokens 1024 --out DIR [--judge DIR] [--refine-rounds R] [--length-budgets B1,B2 --tau T] \
+        [--budget-forcing K1,K2] [--correction-rounds R] [--debug-bench generated:COUNT[:SEED]]
 
 Samples N solutions per question once, scores them once with the model as its own RL^V verifier (and with
-`--judge`, a second model used as LLM-as-a-judge), then reports pass@k, maj@k, BoN@k and weighted@k at
-k = 1, 2, 4, ..., N with the tokens each spends. Writes to --out:
-  results.json        every number (config, curves, token costs, verifier quality)
-  results.md          the same as a table, one row per strategy, one column per k
-  accuracy_vs_k.png   accuracy against k and against tokens generated per question, one line per strategy
-  samples.jsonl       per question: completions, extracted answers, classes, correctness, scores
+`--judge`, a second model as LLM-as-a-judge), then reports pass@k, maj@k, BoN@k and weighted@k at k = 1, 2, 4, ...,
+N with the tokens each spends; each token-spending strategy (self-refinement, length selection, budget forcing,
+self-correction, DebugBench-style repair: docs/evaluate.md) adds a section of {acc, tokens} rows. Writes to --out:
+results.json (every number), results.md (the tables), accuracy_vs_k.png (accuracy against k and against tokens)
+and samples.jsonl (per question: completions, answers, classes, correctness, scores).
 
-Strategies that spend tokens differently each take a flag and add a section of rows {..., acc, tokens} (tokens:
-mean generated per question, cumulative over rounds) to the same JSON, table and plot:
-  --refine-rounds R                CURE self-refinement from each question's first pool sample: per-round
-                                   accuracy, tokens, verdict P/R/F1 (wrong = positive), well-formed critiques,
-                                   majority voting at the same tokens (--critique-format worked_check: the
-                                   critique opens with the task's check)
-  --length-budgets B1,B2 --tau T   confidence-based length selection (fresh N samples per budget)
-  --budget-forcing K1,K2           budget forcing at total budgets K (buffer --forcing-buffer)
-  --correction-rounds R            CIPO self-correction of the model's own greedy attempts: per-round accuracy,
-                                   fix / break rates, tokens (--correction-format worked_check: the correction
-                                   opens with the task's check of the attempt)
-  --debug-bench SPEC               DebugBench-style repair: each problem's buggy program is the attempt, the
-                                   fixes run in the code sandbox (R = --correction-rounds, at least 1); SPEC is
-                                   generated:COUNT[:SEED] (function tasks broken by one AST mutation, checked to
-                                   fail) or a JSONL of buggy_code + tests records. Alone, without --data, it is
-                                   the whole evaluation (a code model needs no math pool).
+--data takes a dataset file (.jsonl / .parquet / save_to_disk dir), a run's <workdir>/heldout.jsonl, or a generator
+spec (arithmetic:COUNT[:SEED], reasoning_gym:TASK:COUNT[:SEED]); answers are graded by what the examples are
+(`--grader auto`: a testbed task's checker, reasoning-gym's scorer, else the math grader).
 
---data takes a local dataset file (.jsonl / .parquet / save_to_disk dir; see data.datasets.load_examples) or a
-generator spec:
-  arithmetic:COUNT[:SEED]              built-in arithmetic problems
-  reasoning_gym:TASK:COUNT[:SEED]      a reasoning-gym task (offline)
-Answers are graded by what the examples are (`--grader auto`, from each example's meta source): a testbed task's
-exact checker (a run's own heldout.jsonl, e.g. runs/testbed_latin/heldout.jsonl), reasoning-gym's scorer, else the
-math grader (`--answer-extraction`); `--grader NAME` forces one.
-
-The flags are the fields of `jaxrl_reason.experiment.evaluation.EvalSpec` (one flag per field, dashes for
-underscores); `evaluation.evaluate_run(model, tokenizer, examples, spec)` does the work, so `experiment.compare`
-and the notebooks evaluate the same way.
+Every flag after --no-progress is a field of `jaxrl_reason.experiment.evaluation.EvalSpec` (its default and meaning
+are written there once); `evaluation.evaluate_run(model, tokenizer, examples, spec)` does the work, so
+`experiment.compare` and the notebooks evaluate the same way.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
+import typing
 from typing import Optional, Sequence
 
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
@@ -54,7 +35,13 @@ from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS, GUID
 from jaxrl_reason.experiment import evaluation  # noqa: E402
 
 
+CHOICES = {"grader": evaluation.GRADERS, "guided_layout": GUIDED_LAYOUTS, "critique_format": CRITIQUE_FORMATS,
+           "correction_format": CORRECTION_FORMATS}
+NOT_FLAGS = ("progress", "keep_samples")  # --no-progress; samples.jsonl is always written
+
+
 def _parser() -> argparse.ArgumentParser:
+    """The run's own flags, then one flag per EvalSpec field (its default and meaning are the field's)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="checkpoint directory (Hugging Face layout: config.json + "
@@ -62,93 +49,41 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="tokenizer directory (default: --model)")
     p.add_argument("--data", help="dataset file/dir or generator spec (arithmetic:COUNT[:SEED], "
                                   "reasoning_gym:TASK:COUNT[:SEED]); optional with --debug-bench")
-    p.add_argument("--limit", type=int, help="evaluate only the first LIMIT questions")
-    p.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
-    p.add_argument("--ks", help="comma-separated k values (default 1,2,4,...,N)")
-    p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-subsets", type=int, default=1000, help="random k-subsets for maj@k / weighted@k")
-    p.add_argument("--normalize", action="store_true",
-                   help="score = P(Yes)/(P(Yes)+P(No)) instead of P(Yes)")
     p.add_argument("--judge", help="second model directory, used as an LLM-as-a-judge verifier")
     p.add_argument("--judge-tokenizer", help="tokenizer of --judge (default: --judge)")
-    p.add_argument("--answer-extraction", default="boxed",
-                   help="boxed (strict: the last \\boxed{}) or boxed_or_last_number (else the last number written)")
-    p.add_argument("--grader", default="auto", choices=evaluation.GRADERS,
-                   help="what grades an answer: auto (from each example's meta source: a testbed task's checker, "
-                        "reasoning-gym's scorer, else math) or one named")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
-    p.add_argument("--batch-size", type=int, default=8, help="questions per sampler call")
-    p.add_argument("--score-batch-size", type=int, default=32, help="rows per verifier prefill")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--check-tokens", type=int, default=0,
-                   help="the model as its own verifier first writes a worked check of at most this many tokens "
-                        "(greedy) and its verdict is read after it: models trained with data.verify_format="
-                        "worked_check or mark_check (default 0: the verdict right after the verify prompt)")
-    p.add_argument("--correction-rounds", type=int, default=0,
-                   help="CIPO self-correction rounds on the model's own greedy attempts: the share of wrong attempts "
-                        "fixed and right ones broken per round, with tokens (0 = off); also --debug-bench's rounds")
-    p.add_argument("--correction-format", default="solution", choices=CORRECTION_FORMATS,
-                   help="what the correction prompt asks for: solution (the paper's) | worked_check (the task's check "
-                        "of the attempt first; give --correction-max-new-tokens room for it); a run's "
-                        "data.correction_format")
-    p.add_argument("--correction-max-new-tokens", type=int,
-                   help="budget of a correction (default: --max-new-tokens)")
     p.add_argument("--debug-bench", metavar="SPEC",
                    help="DebugBench-style repair of buggy programs, checked in the code sandbox: "
                         "generated:COUNT[:SEED] (function tasks with one AST mutation each) or a JSONL of "
                         "buggy_code + tests records")
-    p.add_argument("--refine-rounds", type=int, default=0,
-                   help="CURE self-refinement rounds (critique, then re-solve from the hint unless the verdict says "
-                        "no error) from each question's first pool sample (0 = off)")
-    p.add_argument("--refine-temperature", type=float,
-                   help="sampling temperature of the critiques and re-solves (default: --temperature)")
-    p.add_argument("--critique-max-new-tokens", type=int, help="critique budget (default: --max-new-tokens)")
-    p.add_argument("--guided-layout", default="after", choices=GUIDED_LAYOUTS,
-                   help="the re-solve prompt's layout: after (the paper's: problem, then guidance) | first (guidance, "
-                        "then the plain solve prompt); a CURE run's data.guided_layout")
-    p.add_argument("--critique-format", default="fields", choices=CRITIQUE_FORMATS,
-                   help="what the critique prompt asks for: fields (the paper's four fields) | worked_check (the "
-                        "task's check first, then the fields; give --critique-max-new-tokens room for both); a run's "
-                        "data.critique_format")
-    p.add_argument("--length-budgets",
-                   help="comma-separated increasing token budgets for confidence-based length selection, e.g. "
-                        "1024,2048,4096 (N fresh samples per budget)")
-    p.add_argument("--tau", type=float, default=0.8,
-                   help="length selection stops at the first budget whose weighted-vote winner holds >= tau of the "
-                        "total verifier score (default 0.8)")
-    p.add_argument("--budget-forcing", help="comma-separated total budgets k for budget forcing, e.g. 512,1024")
-    p.add_argument("--forcing-buffer", type=int, default=64,
-                   help="budget forcing's buffer b: sample k - b tokens, then conclude within b (default 64)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    hints = typing.get_type_hints(evaluation.EvalSpec)
+    for f in dataclasses.fields(evaluation.EvalSpec):
+        if f.name in NOT_FLAGS:
+            continue
+        flag, kind = "--" + f.name.replace("_", "-"), typing.get_args(hints[f.name])[:1] or (hints[f.name],)
+        if kind[0] is bool:
+            p.add_argument(flag, action="store_true", help=f.metadata["help"])
+        else:  # tuples stay comma-separated text: EvalSpec reads them
+            p.add_argument(flag, type=str if kind[0] is tuple else kind[0], default=f.default,
+                           choices=CHOICES.get(f.name), help=f.metadata["help"] + f" (default {f.default!r})")
     return p
-
-
-SPEC_FLAGS = ("n", "ks", "limit", "max_new_tokens", "temperature", "top_p", "top_k", "seed", "num_subsets", "normalize",
-              "answer_extraction", "grader", "check_tokens", "batch_size", "score_batch_size", "refine_rounds",
-              "refine_temperature", "critique_max_new_tokens", "guided_layout", "critique_format", "length_budgets",
-              "tau", "budget_forcing", "forcing_buffer", "correction_rounds", "correction_format",
-              "correction_max_new_tokens")
 
 
 def spec_from_args(args) -> evaluation.EvalSpec:
     """The flags as an EvalSpec; its refusals name the flag (a field's name with dashes)."""
-    values = {f: getattr(args, f) for f in SPEC_FLAGS}
-    values.update(ks=values["ks"] or (), limit=values["limit"] or 0, length_budgets=values["length_budgets"] or (),
-                  budget_forcing=values["budget_forcing"] or (), progress=not args.no_progress)
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(evaluation.EvalSpec) if f.name not in NOT_FLAGS}
     try:
-        return evaluation.EvalSpec(**values)
+        return evaluation.EvalSpec(progress=not args.no_progress, **values)
     except ValueError as e:
         raise SystemExit(_as_flags(str(e))) from None
 
 
 def _as_flags(message: str) -> str:
-    for f in SPEC_FLAGS + ("data", "debug_bench", "judge"):
-        message = message.replace(f"EvalSpec.{f}", f"--{f.replace('_', '-')}")
-        message = message.replace(f"{f}=", f"--{f.replace('_', '-')}=")
+    for f in [f.name for f in dataclasses.fields(evaluation.EvalSpec)] + ["data", "debug_bench", "judge"]:
+        flag = "--" + f.replace("_", "-")
+        message = message.replace(f"EvalSpec.{f}", flag).replace(f"{f}=", f"{flag}=")
     return message
 
 

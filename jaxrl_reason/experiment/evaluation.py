@@ -31,6 +31,11 @@ RUN_OWN = ("max_new_tokens", "temperature", "seed", "check_tokens", "guided_layo
            "correction_format")
 
 
+def _knob(default, meaning: str):
+    """A field with its default and its one-line meaning (experiments/evaluate.py's --help reads it)."""
+    return dataclasses.field(default=default, metadata={"help": meaning})
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalSpec:
     """How a checkpoint is evaluated. A field at None is the run's own value when `experiment.compare` evaluates a
@@ -38,40 +43,52 @@ class EvalSpec:
     data.check_tokens when its verifier writes a check, else 0; guided_layout, critique_format and
     correction_format: its data section's); `evaluate_run` needs them set."""
 
-    n: int = 16  # samples per question
-    ks: tuple = ()  # the k grid of every vote (empty: 1, 2, 4, ..., n)
-    limit: int = 0  # evaluate only the first `limit` questions (0: all)
-    max_new_tokens: Optional[int] = 1024  # a sample's budget
-    temperature: Optional[float] = 1.0  # sampling temperature of the pool
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: Optional[int] = 0  # sampling seed
-    num_subsets: int = 1000  # random k-subsets for maj@k / weighted@k
-    normalize: bool = False  # score = P(Yes)/(P(Yes)+P(No)) instead of P(Yes)
-    # boxed (strict: the last \boxed{}) | boxed_or_last_number (else the last number written); math grader only
-    answer_extraction: str = "boxed"
-    # what grades an answer: auto (each example's meta source: a testbed task's checker, reasoning-gym's scorer,
-    # else math) or one of GRADERS
-    grader: str = "auto"
-    # the model as its own verifier first writes a worked check of at most this many tokens, its verdict read after
-    # it (models trained with data.verify_format worked_check / mark_check; 0: the verdict right after the prompt)
-    check_tokens: Optional[int] = 0
-    batch_size: int = 8  # questions per sampler call
-    score_batch_size: int = 32  # rows per verifier prefill
-    progress: bool = True  # progress bars
-    keep_samples: bool = True  # keep per-question samples in the results (samples.jsonl)
-    refine_rounds: int = 0  # CURE self-refinement rounds from each question's first pool sample (0: off)
-    refine_temperature: Optional[float] = None  # critiques' and re-solves' temperature (None: temperature)
-    critique_max_new_tokens: Optional[int] = None  # critique budget (None: max_new_tokens)
-    guided_layout: Optional[str] = "after"  # the re-solve prompt: after (problem, then guidance) | first
-    critique_format: Optional[str] = "fields"  # fields (the paper's four) | worked_check (the task's check first)
-    length_budgets: tuple = ()  # increasing budgets for confidence-based length selection (N fresh samples each)
-    tau: float = 0.8  # length selection stops where the weighted-vote winner holds >= tau of the verifier score
-    budget_forcing: tuple = ()  # total budgets k for budget forcing
-    forcing_buffer: int = 64  # budget forcing's buffer b: sample k - b tokens, then conclude within b
-    correction_rounds: int = 0  # CIPO self-correction rounds of the model's own greedy attempts (0: off)
-    correction_format: Optional[str] = "solution"  # solution (the paper's) | worked_check (the task's check first)
-    correction_max_new_tokens: Optional[int] = None  # a correction's budget (None: max_new_tokens)
+    n: int = _knob(16, "samples per question")
+    ks: tuple = _knob((), "comma-separated k values of every vote (empty: 1, 2, 4, ..., n)")
+    limit: int = _knob(0, "evaluate only the first LIMIT questions (0: all)")
+    max_new_tokens: Optional[int] = _knob(1024, "a sample's token budget")
+    temperature: Optional[float] = _knob(1.0, "sampling temperature of the pool")
+    top_p: float = _knob(1.0, "nucleus sampling's top-p")
+    top_k: int = _knob(0, "top-k sampling (0: off)")
+    seed: Optional[int] = _knob(0, "sampling seed")
+    num_subsets: int = _knob(1000, "random k-subsets for maj@k / weighted@k")
+    normalize: bool = _knob(False, "score = P(Yes)/(P(Yes)+P(No)) instead of P(Yes)")
+    answer_extraction: str = _knob("boxed", "boxed (strict: the last \\boxed{}) or boxed_or_last_number (else the last "
+                                   "number written); the math grader only")
+    grader: str = _knob("auto", "what grades an answer: auto (from each example's meta source: a testbed task's "
+                        "checker, reasoning-gym's scorer, else math) or one named")
+    check_tokens: Optional[int] = _knob(0, "the model as its own verifier first writes a worked check of at most this "
+                                        "many tokens (greedy), its verdict read after it: models trained with "
+                                        "data.verify_format=worked_check or mark_check (0: the verdict right after "
+                                        "the verify prompt)")
+    batch_size: int = _knob(8, "questions per sampler call")
+    score_batch_size: int = _knob(32, "rows per verifier prefill")
+    progress: bool = _knob(True, "progress bars")
+    keep_samples: bool = _knob(True, "keep each question's samples in the results (samples.jsonl)")
+    refine_rounds: int = _knob(0, "CURE self-refinement rounds (critique, then re-solve from the hint unless the "
+                               "verdict says no error) from each question's first pool sample (0: off)")
+    refine_temperature: Optional[float] = _knob(None, "temperature of the critiques and re-solves (default: "
+                                                "temperature)")
+    critique_max_new_tokens: Optional[int] = _knob(None, "critique budget (default: max_new_tokens)")
+    guided_layout: Optional[str] = _knob("after", "the re-solve prompt: after (the paper's: problem, then guidance) | "
+                                         "first (guidance, then the plain solve prompt); a CURE run's "
+                                         "data.guided_layout")
+    critique_format: Optional[str] = _knob("fields", "what a critique writes: fields (the paper's four) | "
+                                           "worked_check (the task's check first, then the fields); a run's "
+                                           "data.critique_format")
+    length_budgets: tuple = _knob((), "comma-separated increasing budgets for confidence-based length selection, "
+                                  "e.g. 1024,2048,4096 (N fresh samples per budget)")
+    tau: float = _knob(0.8, "length selection stops at the first budget whose weighted-vote winner holds >= tau of "
+                       "the total verifier score")
+    budget_forcing: tuple = _knob((), "comma-separated total budgets k for budget forcing, e.g. 512,1024")
+    forcing_buffer: int = _knob(64, "budget forcing's buffer b: sample k - b tokens, then conclude within b")
+    correction_rounds: int = _knob(0, "CIPO self-correction rounds of the model's own greedy attempts: the share of "
+                                   "wrong attempts fixed and right ones broken per round (0: off); also DebugBench "
+                                   "repair's rounds")
+    correction_format: Optional[str] = _knob("solution", "what a correction writes: solution (the paper's) | "
+                                             "worked_check (the task's check of the attempt first); a run's "
+                                             "data.correction_format")
+    correction_max_new_tokens: Optional[int] = _knob(None, "a correction's budget (default: max_new_tokens)")
 
     def __post_init__(self):
         for name in ("ks", "length_budgets", "budget_forcing"):
