@@ -211,7 +211,7 @@ def test_replay_prompts_carry_the_source_attempt_verbatim_and_streams_are_logged
     assert m["correct/fix_rate"] == 0.5 and m["correct/break_rate"] == 0.5 and m["correct/accuracy"] == 0.5
     assert m["cipo/rho"] == 0.5 and m["cipo/rho_next"] == pytest.approx(0.55)  # retention 0.5 < tau_low
     assert "solve/reward_mean" in m and method.state_dict()["counts"] == [8]
-    # what the correction stream generated, for token budgets (bench_credit.token_curve): 16 scripted completions
+    # what the correction stream generated, for token budgets (experiment.compare.token_curve): 16 scripted completions
     scripted = [len(tokenizer.encode(t)) + 1 for t in ("fixed RIGHT", "fixed WRONG")]
     assert m["generate/extra_tokens"] == 8 * sum(scripted)
     # every correction row carries its group's advantage: regressions and misses below 0, keeps and fixes above

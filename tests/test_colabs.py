@@ -5,11 +5,9 @@ The exec loop is the whole runner: code cells run in order in one namespace, `!`
 are skipped, and the last statement of the last cell is evaluated as Jupyter would display it. Nothing beyond the
 package's own dependencies is needed (no nbformat / nbclient / kernel).
 """
-import ast
 import glob
 import json
 import os
-import time
 from typing import NamedTuple
 
 import numpy as np
@@ -17,7 +15,7 @@ import pytest
 
 COLABS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "colabs")
 NOTEBOOKS = sorted(glob.glob(os.path.join(COLABS, "*.ipynb")))
-SMOKE_VAR = "JAXRL_REASON_SMOKE"
+from jaxrl_reason.experiment.perf import SMOKE_VAR, run_notebook  # noqa: E402  (the runner the notebook bench uses)
 
 
 class Expect(NamedTuple):
@@ -50,28 +48,6 @@ EXPECT = {
 def read_cells(path):
     return json.load(open(path, encoding="utf-8"))["cells"]
 
-
-def run_notebook(path):
-    """(namespace, value of the final cell's last expression, seconds per code cell)."""
-    cells = [c for c in read_cells(path) if c["cell_type"] == "code"]
-    ns = {"__name__": "__main__"}
-    value, seconds = None, []
-    name = os.path.basename(path)
-    for i, cell in enumerate(cells):
-        src = "".join(cell["source"])
-        if src.lstrip().startswith("!"):
-            continue  # shell installs are for Colab, not for CI
-        t0 = time.perf_counter()
-        tree = ast.parse(src)
-        last = tree.body[-1] if i == len(cells) - 1 and tree.body else None
-        if isinstance(last, ast.Expr):  # Jupyter displays the value of a cell's last expression
-            tree.body.pop()
-            exec(compile(tree, f"{name}[cell {i}]", "exec"), ns)
-            value = eval(compile(ast.Expression(last.value), f"{name}[cell {i}]", "eval"), ns)
-        else:
-            exec(compile(tree, f"{name}[cell {i}]", "exec"), ns)
-        seconds.append(time.perf_counter() - t0)
-    return ns, value, seconds
 
 
 def test_every_notebook_has_expectations():

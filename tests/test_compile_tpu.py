@@ -1,10 +1,9 @@
-"""experiment.compile_check / experiments/launch/compile_tpu.py: the tiny preset's update and rollout decode compiled
-for a v5e:2x2 topology on a 2-device mesh with libtpu (no TPU), the compiler's memory report and the fit verdict,
+"""experiment.compile_check / experiments/launch/compile_tpu.py (run as a user runs it): the tiny preset's update and
+rollout decode compiled for a v5e:2x2 topology on a 2-device mesh with libtpu (no TPU), the compiler's memory report and the fit verdict,
 an impossible HBM size, the settings refused before compiling, and the analytic FLOPs against the compiler's on
 an unrolled forward."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -31,11 +30,14 @@ def _rc(*extra):
     return read_run_config(load_config_file(TINY, SMALL + list(extra)))
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("compile_tpu", ROOT / "experiments" / "launch" / "compile_tpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _script(*argv):
+    """experiments/launch/compile_tpu.py as a user runs it: (exit code, stdout)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "launch" / "compile_tpu.py"), *argv],
+                          capture_output=True, text=True, timeout=1200, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +76,10 @@ def test_update_and_decode_compile_for_v5e_with_the_compilers_memory_report(repo
 
 
 @needs_libtpu
-def test_an_impossible_hbm_size_does_not_fit_and_exits_3(tmp_path, capsys):
-    rc = _script().main(["--config", TINY, "--topology", "v5e:2x2", "--hbm-gb", "0.001", "--only", "rollout decode",
-                         "--out", str(tmp_path)] + SMALL)
+def test_an_impossible_hbm_size_does_not_fit_and_exits_3(tmp_path):
+    rc, out, _ = _script("--config", TINY, "--topology", "v5e:2x2", "--hbm-gb", "0.001", "--only", "rollout decode",
+                         "--out", str(tmp_path), *SMALL)
     assert rc == 3
-    out = capsys.readouterr().out
     assert "DOES NOT FIT" in out
     assert (tmp_path / "compile_tpu.json").exists() and (tmp_path / "compile_tpu.md").exists()
 
@@ -106,13 +107,13 @@ def test_a_mesh_that_does_not_divide_the_topology_names_the_field_and_the_sizes(
 
 
 @needs_libtpu
-def test_a_batch_that_does_not_divide_the_data_axes_names_the_field_and_valid_values(tmp_path, capsys):
+def test_a_batch_that_does_not_divide_the_data_axes_names_the_field_and_valid_values(tmp_path):
     # 2 x 2 rows over fsdp=2: 2 rows a shard; 3 micro-batches cannot split them, 1 or 2 can.
     with pytest.raises(cc.CompileCheckError, match=r"rl\.micro_batches in \[1, 2\]"):
         cc.run_check(_rc("--config.rl.micro_batches=3"), "v5e:2x2", log=lambda s: None)
-    rc = _script().main(["--config", TINY, "--topology", "v5e:2x2", "--out", str(tmp_path)] + SMALL
-                        + ["--config.rl.micro_batches=3"])
-    assert rc == 2 and "rl.micro_batches" in capsys.readouterr().err
+    rc, _, err = _script("--config", TINY, "--topology", "v5e:2x2", "--out", str(tmp_path), *SMALL,
+                         "--config.rl.micro_batches=3")
+    assert rc == 2 and "rl.micro_batches" in err
 
 
 def test_analytic_flops_match_the_compiler_on_an_unrolled_forward():

@@ -2,9 +2,9 @@
 
     python experiments/bench/notebooks.py [--smoke] [--repeats 1] [--only 04] [--compiles]
 
-Uses the runner of tests/test_colabs.py (code cells in order, `!pip` cells skipped). Prints a markdown table:
-notebook, seconds per run (median over --repeats), the CPU model. The README quotes these numbers. A first run as
-on a fresh Colab runtime starts from an empty compile cache: `rm -rf /tmp/jaxrl_reason_xla_cache` before it.
+Uses the runner tests/test_colabs.py uses (`experiment.perf.run_notebook`: code cells in order, `!pip` cells
+skipped). Prints a markdown table: notebook, seconds per run (median over --repeats), the CPU model. The README
+quotes these numbers. A first run as on a fresh Colab runtime starts from an empty compile cache: `rm -rf /tmp/jaxrl_reason_xla_cache` before it.
 --compiles also counts XLA compilations per jitted function and their seconds (JAX's compile log), which is where a
 notebook's first run goes when its shapes change from step to step.
 """
@@ -14,24 +14,13 @@ import glob
 import logging
 import os
 import re
-import platform
 import statistics
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-from test_colabs import COLABS, SMOKE_VAR, run_notebook  # noqa: E402
+from jaxrl_reason.experiment.perf import SMOKE_VAR, cpu_model, run_notebook
 
+COLABS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "colabs")
 
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class CompileCounter(logging.Handler):

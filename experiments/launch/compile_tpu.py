@@ -22,9 +22,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host runs on CPU; the topol
 # GPU topologies: the CUDA plugin's start-up check needs a driver this machine lacks (compile_check.gpu_topology_devices)
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 
 def main(argv=None) -> int:

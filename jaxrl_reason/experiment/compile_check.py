@@ -696,3 +696,48 @@ def decode_step_cost(cfg, device, rows: int, prompt_len: int, new_tokens: int, w
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return dict(window=window or slots, compile_s=time.perf_counter() - t0, bytes=float(cost.get("bytes accessed", 0)),
                 flops=float(cost.get("flops", 0)))
+
+
+# ---- the batch and model a launch config plans for (experiments/launch/preflight.py)
+def model_config(cfg):
+    """(the ModelConfig a run's ConfigDict trains, where it comes from): a checkpoint's config.json, the
+    from-scratch model of the config's own fields, or a preset named by the path (experiments/launch/preflight.py)."""
+    from jaxrl_reason.models import presets
+
+    dtype, compute = cfg.model.dtype, cfg.model.compute_dtype or cfg.model.dtype
+    path = cfg.model.hf_path
+    if path and os.path.isfile(os.path.join(path, "config.json")):
+        return presets.load_model_config(path, dtype, compute), path
+    if not path and not cfg.model.get("gguf_path"):  # the from-scratch model of the config's own fields
+        from jaxrl_reason.models.qwen2 import ModelConfig
+
+        m = cfg.model
+        return ModelConfig(vocab_size=cfg.tokenizer.vocab_size, hidden_size=m.hidden_size,
+                           intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
+                           num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
+                           max_position_embeddings=m.max_position_embeddings,
+                           tie_word_embeddings=m.tie_word_embeddings, param_dtype=dtype, dtype=compute), "from scratch"
+    name = os.path.basename(os.path.normpath(path)).lower() if path else ""
+    if name in presets.PRESETS:
+        return presets.load_model_config(name, dtype, compute), f"preset {name}"
+    raise SystemExit(f"preflight: model.hf_path={path!r} has no config.json here and its name matches no preset "
+                     f"({', '.join(presets.PRESETS)}); pass a config with the weights on disk")
+
+
+def batch_settings(cfg, shards: int):
+    """The memory planner's BatchSettings of a run's ConfigDict on `shards` batch shards: its planned batch
+    (parallel.plan), else its rollouts (twice the rows for RL^V), padded as the trainer pads them."""
+    from jaxrl_reason.parallel.memory import BatchSettings
+
+    r, p = cfg.rl, cfg.parallel
+    rows_multiple = r.micro_batches * shards  # the trainer pads every update to whole micro-batches per shard
+    plan = p.get("plan")
+    if plan is not None:
+        train_rows, sample_rows, context = plan.train_rows, plan.sample_rows, plan.context
+    else:
+        rollouts = r.prompts_per_step * r.samples_per_prompt
+        train_rows = rollouts * (2 if cfg.method.name == "rlv" else 1)
+        sample_rows, context = rollouts, r.max_new_tokens + p.get("prompt_tokens", 256)
+    train_rows = -(-train_rows // rows_multiple) * rows_multiple
+    sample_rows = -(-sample_rows // shards) * shards
+    return BatchSettings(train_rows, context, sample_rows, context, r.micro_batches, r.get("logprob_chunk") or None)
