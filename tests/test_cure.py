@@ -1,4 +1,4 @@
-"""CURE (METHODS.md §3): critique selection, teacher-forced verdicts, guided re-exploration, replay, hybrid
+"""CURE (docs/methods/cure.md#spec): critique selection, teacher-forced verdicts, guided re-exploration, replay, hybrid
 critique advantages, pi_old recomputation, and test-time self-refinement.
 
 The method is driven by a scripted sampler (critiques, hints and guided solutions whose correctness the test

@@ -1,6 +1,6 @@
-"""The RL objective as the references define it (METHODS.md §1): the tempered policy is the one optimised, the
-KL sits in the policy term's aggregation, truncated importance sampling corrects top-p, PPO epochs split into
-mini-batches with a schedule over optimizer steps, and DAPO's overlong shaping and filtering.
+"""The RL objective as the references define it (docs/methods/grpo.md#spec): the tempered policy is the one
+optimised, the KL sits in the policy term's aggregation, truncated importance sampling corrects top-p, PPO epochs
+split into mini-batches with a schedule over optimizer steps, and DAPO's overlong shaping and filtering.
 
 Each test below fails on the code before these conventions (commit f10646a): sampler and update scored at
 temperature 1, KL always token-mean, no TIS / mini-batches / overlong knobs, total_steps = RL steps."""

@@ -4,7 +4,7 @@ and with `tokenizer.aux_corpus` (the auxiliary rows too), at each vocabulary siz
     python experiments/research/aux_token_lengths.py [--config jaxrl_reason/configs/testbed_latin_cure.py] \
         [--vocab 384,512] [--rows 200]
 
-Prints a markdown table (docs/methods/testbed.md quotes it). Trains a BPE per line (seconds); no model.
+Prints a markdown table (docs/tasks/testbed.md quotes it). Trains a BPE per line (seconds); no model.
 """
 from __future__ import annotations
 
