@@ -67,13 +67,22 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
+def small_png(png: bytes) -> bytes:
+    """The PNG in a 256-colour palette: a plot's flat colours survive, and the file is ~3x smaller than RGBA."""
+    from PIL import Image  # matplotlib's own dependency
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=256).save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
 def _display(value: Any, count: int) -> dict:
     """The execute_result Jupyter shows for a cell's value: a matplotlib figure as one PNG, anything else as text."""
     data = {"text/plain": _lines(repr(value))}
     if hasattr(value, "savefig"):
         buf = io.BytesIO()
         value.savefig(buf, format="png", dpi=FIGURE_DPI)
-        data["image/png"] = base64.b64encode(buf.getvalue()).decode("ascii")
+        data["image/png"] = base64.b64encode(small_png(buf.getvalue())).decode("ascii")
     return {"output_type": "execute_result", "execution_count": count, "data": data, "metadata": {}}
 
 
