@@ -363,6 +363,7 @@ def test_buggy_programs_are_fixed_in_the_sandbox(tokenizer):
     assert res.correct[0].sum() == 0 and res.correct[1].tolist() == [True] + [False] * (len(problems) - 1)
 
 
+@pytest.mark.slow  # 31-43 s a call on 2 shared cores (2026-12-07)
 @pytest.mark.parametrize("name", ["cipo_qwen3_4b_math.py", "cipo_seed_coder_8b.py"])
 def test_accelerator_configs_run_one_step_on_a_tiny_stand_in(name, tokenizer, tmp_path):
     """The accelerator presets' method and RL sections, as read_run_config reads them, drive one Trainer step; only

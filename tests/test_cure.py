@@ -708,6 +708,7 @@ def test_self_refine_trusts_a_lying_critic_and_scores_it(tokenizer):
     assert verdict_scores(np.zeros(0, bool), np.zeros(0, bool))["f1"] == 0.0
 
 
+@pytest.mark.slow  # 26 s a call on 2 shared cores (2026-12-07)
 def test_self_refine_with_a_tiny_model(tokenizer, model):
     ex = arithmetic_examples(2, seed=11, config=ARITH)
 

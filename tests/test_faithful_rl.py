@@ -54,6 +54,7 @@ def sampled(tokenizer):
 # ------------------------------------------------------------------------------------------------ temperature
 
 
+@pytest.mark.slow  # 30 s a call on 2 shared cores (2026-12-07)
 def test_first_epoch_ratio_is_one_under_the_sampling_temperature(sampled):
     model, batch = sampled
     graphdef, params = nnx.split(model)
@@ -68,6 +69,7 @@ def test_first_epoch_ratio_is_one_under_the_sampling_temperature(sampled):
     assert float(out1.metrics["logprob_gap/mean"]) > 1e-2
 
 
+@pytest.mark.slow  # 32 s a call on 2 shared cores (2026-12-07)
 def test_update_gradient_is_the_reinforce_gradient_of_the_tempered_policy(sampled):
     model, batch = sampled
     graphdef, params = nnx.split(model)
