@@ -256,6 +256,7 @@ def _count(opt_state):
     return max(counts)
 
 
+@pytest.mark.slow  # 53 s a call on 2 shared cores (2026-12-07)
 def test_epochs_times_mini_batches_optimizer_steps_and_metrics(tokenizer, tmp_path):
     cfg = TrainerConfig(steps=2, prompts_per_step=4, samples_per_prompt=4, max_new_tokens=8, lr=1e-3,
                         temperature=T, num_iterations=2, num_mini_batches=2, schedule="cosine",
