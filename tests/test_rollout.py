@@ -64,6 +64,7 @@ def both(setup):
     return run(True), run(False)
 
 
+@pytest.mark.slow  # 50 s a call on 2 shared cores (2026-12-07)
 def test_cache_continuation_samples_what_reprefilling_samples(both):
     cached, fresh = both
     assert max(len(t) for t in cached.turns) >= 2  # some rows really continued after an environment turn
