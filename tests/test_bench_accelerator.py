@@ -56,6 +56,7 @@ def test_peak_table_lookup(bench):
     assert bench.peak_for("cpu") is None
 
 
+@pytest.mark.slow  # 69 s a call on 2 shared cores (2026-12-07)
 def test_tiny_cpu_run(bench, tmp_path):
     out = tmp_path / "bench"
     hbm, tflops = 20.0, 0.2  # made-up peaks, so the ratios are computed (and checkable) on CPU

@@ -55,6 +55,7 @@ def randomise_adapters(model, seed=0, std=0.3):
     return model
 
 
+@pytest.mark.slow  # 35 s a call on 2 shared cores (2026-12-07)
 def test_adapters_start_at_the_base_and_move_it(tokenizer):
     model = tiny_model(tokenizer)
     tokens = jnp.arange(12)[None] % tokenizer.vocab_size
@@ -69,6 +70,7 @@ def test_adapters_start_at_the_base_and_move_it(tokenizer):
         attach_lora(model, LoraConfig(rank=RANK))
 
 
+@pytest.mark.slow  # 22 s a call on 2 shared cores (2026-12-07)
 def test_only_adapters_train_and_hold_optimizer_state(tokenizer):
     model = attach_lora(tiny_model(tokenizer), LoraConfig(rank=RANK), seed=1)
     graphdef, params = nnx.split(model)
@@ -164,6 +166,7 @@ def make_trainer(tokenizer, workdir, steps=3, lora=LoraConfig(rank=RANK), beta=0
                    workdir, lora=lora)
 
 
+@pytest.mark.slow  # 80 s a call on 2 shared cores (2026-12-07)
 def test_reference_is_the_base_with_adapters_off_and_no_copy(tokenizer, tmp_path):
     base_model = tiny_model(tokenizer, seed=3)
     base_gd, base_params = nnx.split(base_model)
@@ -183,6 +186,7 @@ def test_reference_is_the_base_with_adapters_off_and_no_copy(tokenizer, tmp_path
     tr.close()
 
 
+@pytest.mark.slow  # 28 s a call on 2 shared cores (2026-12-07)
 def test_sampler_runs_the_adapted_policy(tokenizer):
     """Greedy samples of a LoRA policy (prefill with the adapters beside W, decode on merged weights) are those of
     the same policy with the adapters merged into its kernels."""
@@ -205,6 +209,7 @@ def test_sampler_runs_the_adapted_policy(tokenizer):
     np.testing.assert_allclose(beside.logprobs, want.logprobs, atol=1e-4)
 
 
+@pytest.mark.slow  # 148 s a call on 2 shared cores (2026-12-07)
 def test_kill_and_resume_with_adapters_is_exact(tokenizer, tmp_path):
     """With adapter dropout on: its keys derive from the checkpointed step key, so resuming replays them."""
     keys = ("loss/pg", "loss/kl", "reward/mean", "grad_norm", "solve/kl_ref", "logprob_gap/mean")

@@ -112,6 +112,7 @@ def test_memory_plan_matches_hand_count():
     assert one.activations - scored.activations == 3 * 4 * (8 * 16 - 40) * v
 
 
+@pytest.mark.slow  # 19-31 s a call on 2 shared cores (2026-12-07)
 @pytest.mark.parametrize("policy", ["all", "matmuls", "remat"])
 def test_activation_plan_follows_the_residual_policy(policy):
     """Against XLA's own count (temp bytes of the compiled update, one CPU device, activations dominating): the

@@ -783,6 +783,7 @@ def _check_cfg(tmp_path, **sft):
     return c
 
 
+@pytest.mark.slow  # 153 s a call on 2 shared cores (2026-12-07)
 def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alone(tmp_path):
     """The stage trains on the pairs of the questions it does not hold out (2 rows each, one worked solution per
     row), its check NLL falls, the held-out verifier is measured before and after, and the SFT alone is kept
@@ -814,6 +815,7 @@ def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alon
     assert not (tmp_path / WARMUP_CHECKPOINTS).exists()  # removed once sft_model is saved
 
 
+@pytest.mark.slow  # 234 s a call on 2 shared cores (2026-12-07)
 def test_check_warmup_stopped_midway_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
     """sft.checkpoint_every: a run cut 30 steps into the 60-step stage (saves every 20) resumes at step 20 and
     ends at the model an uninterrupted run reaches; with 45 steps left it could not get there from the start."""
@@ -855,6 +857,7 @@ def test_check_warmup_stopped_midway_resumes_from_its_last_checkpoint(tmp_path, 
     assert models["cut"] == models["straight"]
 
 
+@pytest.mark.slow  # over 185 s (stopped at the cap) a call on 2 shared cores (2026-12-07)
 def test_check_warmup_trains_more_rounds_until_its_held_out_target(tmp_path):
     """sft.check_target: below the target after a round of check_steps, another round follows (its own
     checkpoints and log steps), up to sft.check_rounds; a target met after the first round stops there."""

@@ -4,10 +4,7 @@ synthetic GRPO batch, the host's CPU model, and the headless notebook runner (te
 notebooks with it too)."""
 from __future__ import annotations
 
-import ast
-import json
 import math
-import os
 import platform
 import statistics
 import time
@@ -165,30 +162,3 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-# Set to "1", a notebook in colabs/ runs at its CI size (a few steps, two arms, two seeds).
-SMOKE_VAR = "JAXRL_REASON_SMOKE"
-
-
-def run_notebook(path):
-    """(namespace, value of the final cell's last expression, seconds per code cell)."""
-    cells = [c for c in json.load(open(path, encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
-    ns = {"__name__": "__main__"}
-    value, seconds = None, []
-    name = os.path.basename(path)
-    for i, cell in enumerate(cells):
-        src = "".join(cell["source"])
-        if src.lstrip().startswith("!"):
-            continue  # shell installs are for Colab, not for CI
-        t0 = time.perf_counter()
-        tree = ast.parse(src)
-        last = tree.body[-1] if i == len(cells) - 1 and tree.body else None
-        if isinstance(last, ast.Expr):  # Jupyter displays the value of a cell's last expression
-            tree.body.pop()
-            exec(compile(tree, f"{name}[cell {i}]", "exec"), ns)
-            value = eval(compile(ast.Expression(last.value), f"{name}[cell {i}]", "eval"), ns)
-        else:
-            exec(compile(tree, f"{name}[cell {i}]", "exec"), ns)
-        seconds.append(time.perf_counter() - t0)
-    return ns, value, seconds

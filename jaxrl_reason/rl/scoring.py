@@ -6,7 +6,8 @@ model's dtype, and the LM head never materialises more than a `chunk_size` slice
 
 Layout: per-token results follow the TokenBatch shift convention (`rl/batch.py`): position t holds
 log pi(tokens[:, t] | tokens[:, :t]). Temperature: rows sampled at T are scored under log-softmax(logits / T),
-the tempered policy the sampler drew from (METHODS.md §1); `rl.losses.scoring_temperatures` says which tasks.
+the tempered policy the sampler drew from (docs/methods/grpo.md#spec-temperature); `rl.losses.scoring_temperatures` says
+which tasks.
 """
 from __future__ import annotations
 
@@ -139,7 +140,8 @@ def token_logprobs_from_hidden(
     targets: int [batch, time]. The matmul accumulates in float32. Returns float32 [batch, time] log-probs, and
     the entropy (gradient stopped, a metric) when `with_entropy`.
     temperature: optional float32 [batch, time] (> 0): scores log-softmax(logits / temperature), the tempered
-    policy a sampler at that temperature draws from (the convention of METHODS.md §1, as verl's).
+    policy a sampler at that temperature draws from (the convention of docs/methods/grpo.md#spec-temperature, as
+    verl's).
     """
     chex.assert_rank(hidden, 3)
     chex.assert_rank(unembedding, 2)

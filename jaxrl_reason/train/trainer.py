@@ -253,7 +253,7 @@ class Trainer:
                 print(f"resumed from step {int(self.state.step)} in {self.ckpt.directory}")
 
     def _scoring_temperature(self) -> float:
-        """The temperature pi_old and pi_theta are scored at: the rollouts' (METHODS.md §1)."""
+        """The temperature pi_old and pi_theta are scored at: the rollouts' (docs/methods/grpo.md#spec-temperature)."""
         return float(self.cfg.temperature)
 
     # ------------------------------------------------------------------------------------------ rollouts
