@@ -134,6 +134,39 @@ def test_messages_survive_the_report_channel(sandbox):
     assert result.details[0]["tests"][0]["message"] == "AssertionError: " + nasty
 
 
+_REAL_SELECTOR = sandbox_lib.selectors.DefaultSelector
+
+
+class _ReportFirstSelector:
+    """A selector that never reports the first fd registered (`_drive` registers the program's stdout first): the
+    parent meets the harness's `done` line before reading a single print, the order load made happen at random."""
+
+    def __init__(self):
+        self._inner, self._hidden = _REAL_SELECTOR(), None
+
+    def register(self, fd, events, data=None):
+        self._hidden = fd if self._hidden is None else self._hidden
+        return self._inner.register(fd, events, data)
+
+    def unregister(self, fd):
+        return self._inner.unregister(fd)
+
+    def select(self, timeout=None):
+        return [(k, e) for k, e in self._inner.select(timeout) if k.fd != self._hidden]
+
+    def close(self):
+        self._inner.close()
+
+
+def test_prints_flushed_before_done_are_kept_when_done_is_read_first(sandbox, monkeypatch):
+    """The harness flushes the program's prints before its `done` line; the parent stops reading at that line, so
+    whatever of the prints it had not read yet must still be read from the pipe (a tool call printed "2" and got
+    "(no output)" under load before this)."""
+    monkeypatch.setattr(sandbox_lib.selectors, "DefaultSelector", _ReportFirstSelector)
+    r = sandbox.run(sandbox_lib.Job(program="print(1 + 1)\nprint('x' * 5000)", mode="assert", cases=()))
+    assert r["status"] == "passed" and r["output"].startswith("2\n" + "x" * 100), r
+
+
 def test_stdio_tests_and_compare_modes(sandbox):
     double = "import sys\nn = int(sys.stdin.read())\nprint(n * 2)\nprint()\n"  # trailing blank line
     cases = (IOCase("21\n", "42\n"), IOCase("-3", "-6"))

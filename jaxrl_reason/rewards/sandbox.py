@@ -413,18 +413,23 @@ def _drive(proc: subprocess.Popen, stdin_bytes: bytes, report_fd: int, token: st
                 proc.stdin.close()
             except OSError:
                 pass
-    # Whatever the harness wrote before it died is still in the pipe; read it (bounded, the writer is dead).
-    os.set_blocking(report_fd, False)
+    # Whatever the harness wrote before it died is still in the pipes; read it (bounded, the writer is dead). The
+    # program's prints too: the harness flushes them before its `done` line, but the loop above stops at that line
+    # and may not have read them yet (under load the report's event came first and a print was lost).
     drain_until = time.monotonic() + 1.0
-    while len(report) <= _MAX_REPORT_BYTES and time.monotonic() < drain_until:
-        try:
-            chunk = os.read(report_fd, 1 << 16)
-        except BlockingIOError:
-            time.sleep(0.005)
-            continue
-        if not chunk:
-            break
-        report += chunk
+    for fd, buf, cap in ((report_fd, report, _MAX_REPORT_BYTES), (out_fd, output, config.max_output_bytes)):
+        os.set_blocking(fd, False)
+        while len(buf) <= cap and time.monotonic() < drain_until:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.005)
+                continue
+            if not chunk:
+                break
+            buf += chunk
+    if len(output) > config.max_output_bytes:
+        flags["output_limit_exceeded"] = True
     try:
         proc.wait(timeout=_REAP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
