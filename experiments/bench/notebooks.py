@@ -17,25 +17,15 @@ import glob
 import logging
 import os
 import re
-import platform
 import statistics
 import time
 
 from jaxrl_reason.experiment.notebooks import execute_in_place, run_notebook
+from jaxrl_reason.experiment.perf import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLABS = os.path.join(ROOT, "colabs")
 SMOKE_VAR = "JAXRL_REASON_SMOKE"  # the notebooks read it to shrink to the CI size
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class CompileCounter(logging.Handler):

@@ -10,55 +10,39 @@ reports itself (so `parallel.roofline.chip_for` finds its peaks).
 """
 from __future__ import annotations
 
-_H100_SXM = """
-gpu_device_info {
-  cuda_compute_capability { major: 9 minor: 0 }
-  core_count: 132
-  fpus_per_core: 128
-  clock_rate_ghz: 1.98
+def _target(name: str, capability: tuple, sms: int, fp32_per_sm: int, clock_ghz: float, smem_optin: int,
+            smem_per_sm: int, l2_bytes: int, hbm_bytes_per_s: int, hbm_bytes: int) -> str:
+    """A GpuTargetConfig in XLA's text format; the limits every recent NVIDIA part shares are written once."""
+    return f"""
+gpu_device_info {{
+  cuda_compute_capability {{ major: {capability[0]} minor: {capability[1]} }}
+  core_count: {sms}
+  fpus_per_core: {fp32_per_sm}
+  clock_rate_ghz: {clock_ghz}
   threads_per_warp: 32
   threads_per_block_limit: 1024
   threads_per_core_limit: 2048
   registers_per_core_limit: 65536
   registers_per_block_limit: 65536
   shared_memory_per_block: 49152
-  shared_memory_per_block_optin: 232448
-  shared_memory_per_core: 233472
+  shared_memory_per_block_optin: {smem_optin}
+  shared_memory_per_core: {smem_per_sm}
   block_dim_limit_x: 2147483647
   block_dim_limit_y: 65535
   block_dim_limit_z: 65535
-  l2_cache_size: 52428800
-  memory_bandwidth: 3350000000000
-  device_memory_size: 85520809984
-}
+  l2_cache_size: {l2_bytes}
+  memory_bandwidth: {hbm_bytes_per_s}
+  device_memory_size: {hbm_bytes}
+}}
 platform_name: "CUDA"
-device_description_str: "NVIDIA H100 80GB HBM3"
+device_description_str: "{name}"
 """
 
-_A100_SXM_80GB = """
-gpu_device_info {
-  cuda_compute_capability { major: 8 minor: 0 }
-  core_count: 108
-  fpus_per_core: 64
-  clock_rate_ghz: 1.41
-  threads_per_warp: 32
-  threads_per_block_limit: 1024
-  threads_per_core_limit: 2048
-  registers_per_core_limit: 65536
-  registers_per_block_limit: 65536
-  shared_memory_per_block: 49152
-  shared_memory_per_block_optin: 166912
-  shared_memory_per_core: 167936
-  block_dim_limit_x: 2147483647
-  block_dim_limit_y: 65535
-  block_dim_limit_z: 65535
-  l2_cache_size: 41943040
-  memory_bandwidth: 2039000000000
-  device_memory_size: 85899345920
-}
-platform_name: "CUDA"
-device_description_str: "NVIDIA A100-SXM4-80GB"
-"""
+
+_H100_SXM = _target("NVIDIA H100 80GB HBM3", (9, 0), 132, 128, 1.98, 232448, 233472, 50 << 20, 3_350_000_000_000,
+                    85_520_809_984)
+_A100_SXM_80GB = _target("NVIDIA A100-SXM4-80GB", (8, 0), 108, 64, 1.41, 166912, 167936, 40 << 20,
+                         2_039_000_000_000, 80 << 30)
 
 GPU_TARGETS = {"h100": _H100_SXM, "a100": _A100_SXM_80GB}  # topology prefix -> its GpuTargetConfig text
 
