@@ -357,12 +357,11 @@ def reference_scorer(graphdef, mesh: Mesh, *, chunk_size: Optional[int] = None,
         if micro_batches == 1:
             return reference_logprobs(graphdef, p, b, row_groups=groups, **kw)
         if isinstance(b, SharedPrefixBatch):  # shared prompts: rows are not split over devices (one group)
-            lp = jax.lax.map(lambda mb: reference_logprobs(graphdef, p, mb, **kw),
-                             stack_shared_micro_batches(b, micro_batches))
-            return lp.reshape((-1,) + lp.shape[2:])
-        lp = jax.lax.map(lambda mb: reference_logprobs(graphdef, p, mb, row_groups=groups, **kw),
-                         stack_micro_batches(b, micro_batches, groups))
-        return unstack_micro_batches(lp, groups)
+            stacked, groups_ = stack_shared_micro_batches(b, micro_batches), 1
+        else:
+            stacked, groups_ = stack_micro_batches(b, micro_batches, groups), groups
+        lp = jax.lax.map(lambda mb: reference_logprobs(graphdef, p, mb, row_groups=groups_, **kw), stacked)
+        return unstack_micro_batches(lp, groups_)
 
     jitted = jax.jit(score_rows, out_shardings=NamedSharding(mesh, P(BATCH)), static_argnums=(2,))
 
