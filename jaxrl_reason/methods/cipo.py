@@ -33,11 +33,11 @@ import numpy as np
 
 from jaxrl_reason.data.prompts import SOLVE_INSTRUCTION, replay_correction_prompt
 from jaxrl_reason.data.testbed import correction_target, injected_wrong, task_of
-from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts
+from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts, join_rows
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages, solve_rows
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.rl import advantages as adv_lib
-from jaxrl_reason.rl.batch import TokenBatch, concat_batches
+from jaxrl_reason.rl.batch import TokenBatch
 from jaxrl_reason.rl.losses import TermSpec, kl_spec
 
 PREFERENCES = ("difficulty", "uniform")
@@ -161,6 +161,7 @@ class CIPO(GRPO):
 
     name = "cipo"
     tasks = ("solve", "correct")
+    part = "correct"
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  correction_samples: int = 4, replay_prompts: int = 0, rho_init: float = 0.5, rho_min: float = 0.1,
@@ -249,6 +250,8 @@ class CIPO(GRPO):
                              f"set it to at least {need}")
 
     def terms(self) -> tuple[TermSpec, ...]:
+        if not self.correct_weight:  # the part is off: no correction rows, no term
+            return super().terms()
         l = self.loss
         agg = dict(aggregation=l.aggregation, max_len=l.max_len)
         t = [l.policy_term(("correct",), name="correct", weight=self.correct_weight)]
@@ -271,6 +274,9 @@ class CIPO(GRPO):
 
     def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
         base, metrics = super().build(rollouts, ctx)
+        if not self.correct_weight:  # the part is off: nothing sampled, rho and its window left as they are
+            return base, metrics
+        ctx = self.part_context(ctx, "correct")
         ro, tok = rollouts, ctx.tokenizer
         q, g = ro.rewards.shape
         rho = self.ratio.rho
@@ -292,14 +298,16 @@ class CIPO(GRPO):
         metrics.update({f"correct/{k}": float(v) for k, v in adv_lib.group_metrics(shaped, advantages=adv).items()})
         metrics.update({f"correct/{k}": v for k, v in row_metrics.items()})
         metrics.update(self._stream_metrics(right, source_ok))
-        # Tokens the correction stream generated beyond the solve rollouts: what CIPO spends over GRPO per step.
-        metrics["generate/extra_tokens"] = float(sum(len(c) for c in corr.completions))
+        # Tokens the correction stream generated beyond the solve rollouts: what CIPO spends over GRPO per step. A
+        # union's parts each log their own and add to the step's total.
+        metrics["cipo/extra_tokens"] = float(sum(len(c) for c in corr.completions))
+        metrics["generate/extra_tokens"] = metrics.get("generate/extra_tokens", 0.0) + metrics["cipo/extra_tokens"]
         hits, count = int(right[source_ok].sum()), int(right[source_ok].size)
         self.ratio = update_ratio(self.ratio, hits, count, **self.ratio_knobs)
         metrics["cipo/rho_next"] = self.ratio.rho
         w = self.ratio_knobs["window"]
         metrics["cipo/retention_window"] = windowed_retention(self.ratio.hits[-w:], self.ratio.counts[-w:])
-        return concat_batches([base, rows]), metrics
+        return join_rows([base, rows]), metrics
 
     @staticmethod
     def _stream_metrics(right: np.ndarray, source_ok: np.ndarray) -> dict:
@@ -316,9 +324,10 @@ class CIPO(GRPO):
     def state_dict(self) -> dict:
         """The replay ratio and its window (JSON: floats round-trip exactly)."""
         s = self.ratio
-        return {"rho": s.rho, "hits": list(s.hits), "counts": list(s.counts)}
+        return {**super().state_dict(), "rho": s.rho, "hits": list(s.hits), "counts": list(s.counts)}
 
     def load_state_dict(self, d: dict) -> None:
+        super().load_state_dict(d)  # a union's other parts read their own keys
         if not d:
             return  # a checkpoint from before CIPO kept state: start from rho_init
         missing = sorted({"rho", "hits", "counts"} - set(d))
