@@ -401,10 +401,11 @@ class CURE(GRPO):
             ("critique", "critique", "critique_kl", self.critique_weight),
             ("guided_solve", "guided_solve", "guided_solve_kl", self.guided_weight)) if w]
         t = [l.policy_term((task,), name=pg, weight=w) for task, pg, _, w in tasks]
-        if l.beta:
-            t += [kl_spec((task,), beta=l.beta * w, estimator=l.kl_estimator, name=kl, **agg)
-                  for task, _, kl, w in tasks]
-        return base + tuple(t)
+        kls = [kl_spec((task,), beta=l.beta * w, estimator=l.kl_estimator, name=kl, **agg)
+               for task, _, kl, w in tasks] if l.beta else []
+        # Policy terms first, then the KL terms, as CURE alone always ordered them (the sum's order is its bits).
+        return (tuple(x for x in base if x.kind != "kl") + tuple(t) + tuple(x for x in base if x.kind == "kl")
+                + tuple(kls))
 
     def _replay_cap(self, group_size: int) -> Optional[int]:
         """Replayed samples allowed per query: K by default (the authors' min(#successes, group size))."""
