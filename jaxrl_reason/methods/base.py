@@ -93,7 +93,7 @@ def tool_rollouts(out, examples: Sequence[Any], *, reward: Optional[Callable] = 
 
 class RowFormats(NamedTuple):
     """How the data writes the rows of the self-checking tasks (data.verify_format, critique_format,
-    correction_format, guided_layout); the defaults are the papers' formats."""
+    correction_format, guided_layout, prompt_wording); the defaults are the papers' formats."""
 
     # (question, completion) -> a verify row's target text when the data writes a worked check before the verdict
     # (data.verify_format="worked_check" / "mark_check"); None: the one-token verdict
@@ -105,6 +105,8 @@ class RowFormats(NamedTuple):
     correction_format: str = "solution"
     # CURE's guided re-solve prompt (data.guided_layout, `prompts.guided_prompt`): "after" | "first"
     guided_layout: str = "after"
+    # CURE's critique and guided prompts' wording (data.prompt_wording, `prompts.PROMPT_WORDINGS`): "short" | "authors"
+    prompt_wording: str = "short"
 
 
 class Context(NamedTuple):

@@ -280,7 +280,7 @@ class CURE(GRPO):
                  guided_samples: int = 4, critique_batch_size: int = 0, critique_acc_range: tuple = (0.0, 0.9),
                  critique_zero_pass_floor: float = 0.125, replay_acc_range: tuple = (0.0, 0.0),
                  max_replay_per_query: int = 0, critique_advantage_scale: float = 2.0,
-                 verdict_advantage: float = 1.0, critique_max_new_tokens: int = 384, guided_max_new_tokens: int = 0,
+                 verdict_advantage: float = 1.0, critique_max_new_tokens: int = 0, guided_max_new_tokens: int = 0,
                  format_penalty_missing: float = -0.5, format_penalty_short_hint: float = -0.25,
                  min_hint_words: int = 10, task_pooling: str = "per_task", critique_weight: float = 1.0,
                  guided_weight: float = 1.0, rescore_rows: int = 16, rescore_chunk: int = 0,
@@ -297,7 +297,9 @@ class CURE(GRPO):
         max_replay_per_query:      cap on replayed samples per query (0 = K, the authors' cap; -1 = none)
         critique_advantage_scale:  c in c * (g + format penalty - acc(x))
         verdict_advantage:         the fixed advantage of the teacher-forced verdict tokens
-        critique_max_new_tokens:   generation budget of a critique after its verdict (and its forced check)
+        critique_max_new_tokens:   generation budget of a critique after its verdict (and its forced check); 0 =
+                                   the trainer's max_new_tokens, as the authors' run gives critiques its whole
+                                   response budget (4,096; docs/methods/cure.md)
         guided_max_new_tokens:     budget of a guided solution (0 = the trainer's max_new_tokens)
         format_penalty_missing / format_penalty_short_hint / min_hint_words: the critique format penalty
         task_pooling:              per_task (each task's loss averaged over its own tokens, summed: the paper)
@@ -315,8 +317,9 @@ class CURE(GRPO):
                              "have their own budgets); set method.overlong_buffer=0 and method.overlong_filter=False")
         if int(guided_samples) < 1:
             raise ValueError(f"cure guided_samples (M) must be >= 1, got {guided_samples}")
-        if int(critique_max_new_tokens) < 1:
-            raise ValueError(f"cure critique_max_new_tokens must be >= 1, got {critique_max_new_tokens}")
+        if int(critique_max_new_tokens) < 0:
+            raise ValueError(f"cure critique_max_new_tokens must be >= 0 (0 = the trainer's max_new_tokens), got "
+                             f"{critique_max_new_tokens}")
         if int(guided_max_new_tokens) < 0 or int(critique_batch_size) < 0:
             raise ValueError("cure guided_max_new_tokens and critique_batch_size must be >= 0 (0 = the default), "
                              f"got {guided_max_new_tokens}, {critique_batch_size}")
@@ -370,8 +373,10 @@ class CURE(GRPO):
 
         need = longest_critique(task_of(data.source), task.train[:32], after_verdict, seed=config.seed,
                                 extent=data.inject_extent)
-        if need > self.critique_max_new_tokens:
-            raise ValueError(f"config method.extra.critique_max_new_tokens={self.critique_max_new_tokens} is shorter "
+        budget = self.critique_max_new_tokens or config.rl.max_new_tokens
+        if need > budget:
+            raise ValueError(f"config method.extra.critique_max_new_tokens={self.critique_max_new_tokens} (0 = "
+                             f"rl.max_new_tokens, {config.rl.max_new_tokens}) is shorter "
                              f"than a {data.source} critique after its verdict line under this tokenizer (up to {need} "
                              f"tokens): such critiques would be cut before their hint and fail to parse; set it to at "
                              f"least {need}, or train the BPE on the critique rows (tokenizer.aux_corpus=True) to "
@@ -420,7 +425,8 @@ class CURE(GRPO):
         wrong = ro.rewards.reshape(-1)[rows] <= 0.5
         fmt = "fields" if ctx.formats.critique_check is None else "worked_check"
         questions = [ro.examples[r // g].question for r in rows]
-        texts = [tok.render_prompt(critique_prompt(q, ro.texts[r], fmt)) for q, r in zip(questions, rows)]
+        wording = ctx.formats.prompt_wording
+        texts = [tok.render_prompt(critique_prompt(q, ro.texts[r], fmt, wording)) for q, r in zip(questions, rows)]
         prompts = tok.encode_ragged(texts)
         # The forced start, encoded on its own (not merged with the prompt's last token): the same ids the model
         # must produce by itself at test time.
@@ -428,9 +434,9 @@ class CURE(GRPO):
         if ctx.formats.critique_check is not None:
             heads = [f"{ctx.formats.critique_check(q, ro.texts[r])}\n{h}" for q, r, h in zip(questions, rows, heads)]
         verdicts = [tok.encode(h) for h in heads]
+        kw = {"max_new_tokens": self.critique_max_new_tokens} if self.critique_max_new_tokens else {}
         out = generate_rollouts(ctx.sample, tok, [p + v for p, v in zip(prompts, verdicts)],
-                                [ro.examples[r // g] for r in rows], num_samples=1,
-                                max_new_tokens=self.critique_max_new_tokens)
+                                [ro.examples[r // g] for r in rows], num_samples=1, **kw)
         generated, logprobs, sampling = list(out.completions), list(out.logprobs), list(out.sampling_logprobs)
         full = [h + r for h, r in zip(heads, out.texts)]
         return _Critiques(rows, prompts, verdicts, generated, logprobs, sampling, full, wrong)
@@ -438,7 +444,8 @@ class CURE(GRPO):
     def _guided(self, ro: Rollouts, examples: list, hints: list, ctx: Context):
         m = self.guided_samples
         tok = ctx.tokenizer
-        prompts = tok.encode_ragged([tok.render_prompt(guided_prompt(e.question, h, ctx.formats.guided_layout))
+        prompts = tok.encode_ragged([tok.render_prompt(guided_prompt(e.question, h, ctx.formats.guided_layout,
+                                                                   ctx.formats.prompt_wording))
                                      for e, h in zip(examples, hints)])
         kw = {"max_new_tokens": self.guided_max_new_tokens} if self.guided_max_new_tokens else {}
         out = generate_rollouts(ctx.sample, tok, prompts, examples, num_samples=m, reward=ctx.reward, **kw)
