@@ -10,10 +10,11 @@ Per step, two streams in the one fused update:
 Which attempts are replayed:
   - a share rho_t of the replay prompts is built from *successful* attempts, the rest from failed ones;
   - rho_t adapts to retention, the accuracy of corrections of successful sources (`RatioState`, `update_ratio`):
-    up by `rho_step` when the windowed retention is below `tau_low` or this step's retention fell more than
-    `delta` below the window's mean, down by `rho_step` when the windowed retention is above `tau_high`
-    (`drop_test="window"`: when the windowed retention fell / rose by `delta` against the previous window's, up /
-    down), clipped to [rho_min, rho_max]. Its state is the method's state_dict, saved with every checkpoint;
+    up by `rho_step` when the windowed retention is below `tau_low` or fell by more than `delta` against the
+    previous window's, down by `rho_step` when it is above `tau_high` or rose by more than `delta` (the default
+    `drop_test="window"`; `"step"`, METHODS §4 as written, compares one step's retention with the window's mean
+    and ratchets rho up under noise), clipped to [rho_min, rho_max]. Its state is the method's state_dict, saved
+    with every checkpoint;
   - failed sources are taken in the difficulty-aware order of `rank_failed_sources`: mixed queries
     (0 < acc(x) < 1) before zero-pass ones, by weight acc(1 - acc) + floor within each tier.
 
@@ -166,7 +167,7 @@ class CIPO(GRPO):
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  correction_samples: int = 4, replay_prompts: int = 0, rho_init: float = 0.5, rho_min: float = 0.1,
                  rho_max: float = 0.9, rho_step: float = 0.05, tau_low: float = 0.6, tau_high: float = 0.9,
-                 delta: float = 0.1, window: int = 8, drop_test: str = "step", alpha: float = 2.0,
+                 delta: float = 0.1, window: int = 8, drop_test: str = "window", alpha: float = 2.0,
                  preference: str = "difficulty",
                  difficulty_floor: float = 0.05, answer_instruction: str = SOLVE_INSTRUCTION,
                  correct_weight: float = 1.0, correction_max_new_tokens: int = 0,
@@ -177,7 +178,11 @@ class CIPO(GRPO):
         replay_prompts:       replay prompts per step (0 = Q, one per query of the step)
         rho_init / rho_min / rho_max / rho_step: the replay ratio's start, bounds and step
         tau_low / tau_high / delta / window: the ratio rule (`update_ratio`); window in steps
-        drop_test:            step | window: what a retention drop of `delta` compares (`update_ratio`)
+        drop_test:            window | step: what a retention drop of `delta` compares (`update_ratio`). Not
+                              `step` (METHODS §4 as written): one step's ~16 corrections fall `delta` below the
+                              window mean on noise alone every few steps and nothing as frequent moves rho down,
+                              so rho ratchets to rho_max (0.5 -> 0.9 in 38 steps, docs/results/cipo_testbed.md);
+                              `window` tests both ways on pooled windows: no drift under noise
         alpha:                a regression's reward is -(alpha - 1) (alpha > 1)
         preference:           difficulty | uniform: the order failed sources are taken in
         difficulty_floor:     the floor of the weight acc(1 - acc) + floor
