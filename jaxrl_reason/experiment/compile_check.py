@@ -395,7 +395,7 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
         exes += _sampler_executables("correction", graphdef, params, mesh, cfg, method.replay_prompts or q,
                                      method.correction_samples, corr_prompt,
                                      method.correction_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
-    if reference or method.name.startswith("cure"):
+    if reference or "critique" in parts:  # CURE recomputes pi_old of forced and replayed tokens
         ref_temps = scoring_temperatures(terms, temperature)
         no_ref = host._replace(ref_logprobs=None)
         score_batch = _abstract(no_ref, batch_sharding(no_ref, mesh))
