@@ -228,8 +228,8 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
         e = pick(verify + critique + correct + i)
         a, kind = injected_wrong(task, e, rng, inject_extent)
         hint = critique_hint(task, e.question, a, kind)
-        rows.append(Example(guided_prompt(e.question, hint, guided_layout, prompt_wording), e.answer, f"{e.id}/guided{i}",
-                            e.solution,
+        rows.append(Example(guided_prompt(e.question, hint, guided_layout, prompt_wording), e.answer,
+                            f"{e.id}/guided{i}", e.solution,
                             meta("guided", question=e.question)))
     return rows
 

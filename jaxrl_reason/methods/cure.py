@@ -375,8 +375,8 @@ class CURE(GRPO):
                                 extent=data.inject_extent)
         budget = self.critique_max_new_tokens or config.rl.max_new_tokens
         if need > budget:
-            raise ValueError(f"config method.extra.critique_max_new_tokens={self.critique_max_new_tokens} (0 = "
-                             f"rl.max_new_tokens, {config.rl.max_new_tokens}) is shorter "
+            shown = self.critique_max_new_tokens or f"0 (= rl.max_new_tokens, {config.rl.max_new_tokens})"
+            raise ValueError(f"config method.extra.critique_max_new_tokens={shown} is shorter "
                              f"than a {data.source} critique after its verdict line under this tokenizer (up to {need} "
                              f"tokens): such critiques would be cut before their hint and fail to parse; set it to at "
                              f"least {need}, or train the BPE on the critique rows (tokenizer.aux_corpus=True) to "

@@ -327,7 +327,8 @@ class Trainer:
 
         # A union's parts each sample from their own stream (methods.base.part_context), under fold_in(k_method,
         # 0), a key the default stream (calls 1, 2, ...) never draws.
-        streams = lambda part: sampler(jax.random.fold_in(jax.random.fold_in(k_method, 0), zlib.crc32(part.encode()) % 2**31))
+        part_keys = jax.random.fold_in(k_method, 0)
+        streams = lambda part: sampler(jax.random.fold_in(part_keys, zlib.crc32(part.encode()) % 2**31))
         ctx = Context(self.tokenizer, sampler(k_method), self._reward, host_rng, self.tokenizer.pad_id, self.model,
                       self.state.params, temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens,
                       formats=self.formats, streams=streams)
