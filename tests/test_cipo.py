@@ -1,6 +1,6 @@
-"""CIPO (METHODS §4): replay prompts carry the source attempt verbatim; the ratio rule moves rho the predicted way
-inside its bounds; shaping touches regressions only; failed sources come in the difficulty order; rho survives a
-kill-and-resume through the trainer's checkpoint; updates on a correction group raise the right correction; a
+"""CIPO (docs/methods/cipo.md#spec): replay prompts carry the source attempt verbatim; the ratio rule moves rho the
+predicted way inside its bounds; shaping touches regressions only; failed sources come in the difficulty order; rho
+survives a kill-and-resume through the trainer's checkpoint; updates on a correction group raise the right correction; a
 Trainer run logs both streams and rho."""
 import os
 
@@ -125,10 +125,11 @@ def test_ratio_rule_moves_up_when_retention_drops_down_when_high_and_stays_in_bo
 
 
 def test_window_drop_test_does_not_ratchet_rho_under_noise_but_still_reacts_to_a_sustained_drop():
-    """drop_test="step" (METHODS §4 as written) compares one step's retention, measured on 16 corrections, with
-    the window mean: under stationary noise it sees a drop every few steps, nothing moves rho down (tau_high is out
-    of reach) and rho climbs to rho_max. "window" compares the windowed retention with the previous window's, both
-    ways: under the same noise rho wanders around its start; it still moves up when retention falls for good."""
+    """drop_test="step" (docs/methods/cipo.md#spec-adaptive-replay-ratio as written) compares one step's retention,
+    measured on 16 corrections, with the window mean: under stationary noise it sees a drop every few steps, nothing
+    moves rho down (tau_high is out of reach) and rho climbs to rho_max. "window" compares the windowed retention with
+    the previous window's, both ways: under the same noise rho wanders around its start; it still moves up when
+    retention falls for good."""
     knobs = dict(RULE, rho_step=0.05, window=8)  # the method's defaults
     final = {"step": [], "window": []}
     for seed in range(20):
@@ -211,7 +212,7 @@ def test_replay_prompts_carry_the_source_attempt_verbatim_and_streams_are_logged
     assert m["correct/fix_rate"] == 0.5 and m["correct/break_rate"] == 0.5 and m["correct/accuracy"] == 0.5
     assert m["cipo/rho"] == 0.5 and m["cipo/rho_next"] == pytest.approx(0.55)  # retention 0.5 < tau_low
     assert "solve/reward_mean" in m and method.state_dict()["counts"] == [8]
-    # what the correction stream generated, for token budgets (bench_credit.token_curve): 16 scripted completions
+    # what the correction stream generated, for token budgets (experiment.compare.token_curve): 16 scripted completions
     scripted = [len(tokenizer.encode(t)) + 1 for t in ("fixed RIGHT", "fixed WRONG")]
     assert m["generate/extra_tokens"] == 8 * sum(scripted)
     # every correction row carries its group's advantage: regressions and misses below 0, keeps and fixes above
@@ -363,6 +364,7 @@ def test_buggy_programs_are_fixed_in_the_sandbox(tokenizer):
     assert res.correct[0].sum() == 0 and res.correct[1].tolist() == [True] + [False] * (len(problems) - 1)
 
 
+@pytest.mark.slow  # 31-43 s a call on 2 shared cores (2026-12-07)
 @pytest.mark.parametrize("name", ["cipo_qwen3_4b_math.py", "cipo_seed_coder_8b.py"])
 def test_accelerator_configs_run_one_step_on_a_tiny_stand_in(name, tokenizer, tmp_path):
     """The accelerator presets' method and RL sections, as read_run_config reads them, drive one Trainer step; only

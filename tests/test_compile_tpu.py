@@ -1,10 +1,13 @@
-"""experiment.compile_check / experiments/launch/compile_tpu.py: the tiny preset's update and rollout decode compiled
-for a v5e:2x2 topology on a 2-device mesh with libtpu (no TPU), the compiler's memory report and the fit verdict,
+"""experiment.compile_check / experiments/launch/compile_tpu.py (run as a user runs it): the tiny preset's update and
+rollout decode compiled for a v5e:2x2 topology on a 2-device mesh with libtpu (no TPU), the compiler's memory report and the fit verdict,
 an impossible HBM size, the settings refused before compiling, and the analytic FLOPs against the compiler's on
 an unrolled forward."""
 from __future__ import annotations
 
-import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ needs_libtpu = pytest.mark.skipif(not cc.libtpu_available(),
                                   reason='libtpu is not installed (pip install "jax[tpu]==<jax version>")')
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "experiments" / "configs" / "tiny_default.py")
+TINY = str(ROOT / "jaxrl_reason" / "configs" / "tiny_default.py")
 # Small rows and lengths: what is checked is the path (the rule shardings, the donation, the report), not the size.
 SMALL = ["--config.parallel.mesh_shape.fsdp=2", "--config.rl.prompts_per_step=2", "--config.rl.samples_per_prompt=2",
          "--config.rl.max_new_tokens=8", "--config.parallel.prompt_tokens=8", "--config.rl.eval_every=0"]
@@ -27,11 +30,14 @@ def _rc(*extra):
     return read_run_config(load_config_file(TINY, SMALL + list(extra)))
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("compile_tpu", ROOT / "experiments" / "launch" / "compile_tpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _script(*argv):
+    """experiments/launch/compile_tpu.py as a user runs it: (exit code, stdout)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "launch" / "compile_tpu.py"), *argv],
+                          capture_output=True, text=True, timeout=1200, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +76,10 @@ def test_update_and_decode_compile_for_v5e_with_the_compilers_memory_report(repo
 
 
 @needs_libtpu
-def test_an_impossible_hbm_size_does_not_fit_and_exits_3(tmp_path, capsys):
-    rc = _script().main(["--config", TINY, "--topology", "v5e:2x2", "--hbm-gb", "0.001", "--only", "rollout decode",
-                         "--out", str(tmp_path)] + SMALL)
+def test_an_impossible_hbm_size_does_not_fit_and_exits_3(tmp_path):
+    rc, out, _ = _script("--config", TINY, "--topology", "v5e:2x2", "--hbm-gb", "0.001", "--only", "rollout decode",
+                         "--out", str(tmp_path), *SMALL)
     assert rc == 3
-    out = capsys.readouterr().out
     assert "DOES NOT FIT" in out
     assert (tmp_path / "compile_tpu.json").exists() and (tmp_path / "compile_tpu.md").exists()
 
@@ -102,13 +107,13 @@ def test_a_mesh_that_does_not_divide_the_topology_names_the_field_and_the_sizes(
 
 
 @needs_libtpu
-def test_a_batch_that_does_not_divide_the_data_axes_names_the_field_and_valid_values(tmp_path, capsys):
+def test_a_batch_that_does_not_divide_the_data_axes_names_the_field_and_valid_values(tmp_path):
     # 2 x 2 rows over fsdp=2: 2 rows a shard; 3 micro-batches cannot split them, 1 or 2 can.
     with pytest.raises(cc.CompileCheckError, match=r"rl\.micro_batches in \[1, 2\]"):
         cc.run_check(_rc("--config.rl.micro_batches=3"), "v5e:2x2", log=lambda s: None)
-    rc = _script().main(["--config", TINY, "--topology", "v5e:2x2", "--out", str(tmp_path)] + SMALL
-                        + ["--config.rl.micro_batches=3"])
-    assert rc == 2 and "rl.micro_batches" in capsys.readouterr().err
+    rc, _, err = _script("--config", TINY, "--topology", "v5e:2x2", "--out", str(tmp_path), *SMALL,
+                         "--config.rl.micro_batches=3")
+    assert rc == 2 and "rl.micro_batches" in err
 
 
 def test_analytic_flops_match_the_compiler_on_an_unrolled_forward():
@@ -164,3 +169,49 @@ def test_a_lora_policy_compiles_with_adapter_only_optimizer_state_and_no_referen
     assert m["opt_state_bytes"] < full["opt_state_bytes"] / 4
     rows = {r["name"]: r for r in lora["executables"]}
     assert set(rows) == {"update", "reference scoring"} and all(r["fits"] for r in rows.values())
+
+
+# ------------------------------------------------------------------------------------------------ NVIDIA GPU targets
+# The CUDA PJRT plugin (jax-cuda12-plugin) compiles for an H100 with no GPU. It is kept out of the test environment
+# (it would try CUDA in every JAX process): .ci/run installs it in a venv over this one's packages and names that
+# venv's python in JAXRL_CUDA_PYTHON; the compile runs there, through the script.
+CUDA_PYTHON = os.environ.get("JAXRL_CUDA_PYTHON") or (sys.executable if cc.cuda_plugin_available() else None)
+needs_cuda_plugin = pytest.mark.skipif(CUDA_PYTHON is None, reason="no python with jax-cuda12-plugin "
+                                       "(set JAXRL_CUDA_PYTHON, as .ci/run does)")
+
+
+@needs_cuda_plugin
+def test_update_and_decode_compile_for_h100_without_a_gpu(tmp_path):
+    out = tmp_path / "gpu"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    proc = subprocess.run([CUDA_PYTHON, str(ROOT / "experiments" / "launch" / "compile_tpu.py"), "--config", TINY,
+                           "--topology", "h100:2", "--only", "update,rollout decode", "--out", str(out), *SMALL],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((out / "compile_tpu.json").read_text())
+    m = res["meta"]
+    assert "H100" in m["device_kind"] and m["devices"] == 2 and m["hbm_gib"] == 80
+    assert m["chip"]["name"] == "NVIDIA H100 SXM"
+    rows = {r["name"]: r for r in res["executables"]}
+    assert set(rows) == {"rollout decode", "update"}
+    for r in rows.values():
+        mem = r["memory"]
+        assert mem["argument"] > 0 and mem["output"] > 0 and r["fits"] and r["roofline_s"] > 0
+    upd = rows["update"]
+    assert upd["memory"]["alias"] >= m["params_bytes"] + m["opt_state_bytes"] - 1024  # donated, as on TPU
+    # XLA's GPU compiler gives no cost analysis: the update's roofline is FLOPs-only and says so; the decode's
+    # bytes are the roofline's own.
+    assert upd["compiler_bytes"] is None and upd["roofline_bytes"] is None
+    assert rows["rollout decode"]["roofline_bytes"] > 0
+    assert "no cost analysis" in (out / "compile_tpu.md").read_text()
+    # an impossible device memory is a DOES NOT FIT, as on TPU
+    proc = subprocess.run([CUDA_PYTHON, str(ROOT / "experiments" / "launch" / "compile_tpu.py"), "--config", TINY,
+                           "--topology", "h100:2", "--only", "update", "--hbm-gb", "0.0001", "--out",
+                           str(tmp_path / "tiny"), *SMALL], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("topology", ["b200:8", "h100:", "h100-8"])
+def test_a_bad_gpu_topology_names_the_gpu_form(topology):
+    with pytest.raises(cc.CompileCheckError, match=r"CHIP:\[NODESx\]GPUS.*h100"):
+        cc.topology_devices(topology)

@@ -1,4 +1,4 @@
-"""CURE (METHODS.md §3): critique selection, teacher-forced verdicts, guided re-exploration, replay, hybrid
+"""CURE (docs/methods/cure.md#spec): critique selection, teacher-forced verdicts, guided re-exploration, replay, hybrid
 critique advantages, pi_old recomputation, and test-time self-refinement.
 
 The method is driven by a scripted sampler (critiques, hints and guided solutions whose correctness the test
@@ -709,6 +709,7 @@ def test_self_refine_trusts_a_lying_critic_and_scores_it(tokenizer):
     assert verdict_scores(np.zeros(0, bool), np.zeros(0, bool))["f1"] == 0.0
 
 
+@pytest.mark.slow  # 26 s a call on 2 shared cores (2026-12-07)
 def test_self_refine_with_a_tiny_model(tokenizer, model):
     ex = arithmetic_examples(2, seed=11, config=ARITH)
 

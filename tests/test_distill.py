@@ -116,6 +116,7 @@ def _reverse_kl(student_params, gd, teacher, prompts, comps):
     return float(jnp.sum(kl * m) / jnp.sum(m))
 
 
+@pytest.mark.slow  # 22 s a call on 2 shared cores (2026-12-07)
 def test_training_on_the_signal_lowers_the_reverse_kl(models):
     tok, student, teacher = models
     student = nnx.merge(*nnx.split(student))  # a copy: the fixture's student stays as it is

@@ -122,7 +122,7 @@ def test_the_default_correction_estimator_keeps_the_shaping_alpha_fold():
 
 def test_the_default_ratio_rule_does_not_ratchet_rho_on_pure_noise():
     """Stationary retention 0.75 (inside [tau_low, tau_high]: nothing to react to), 16 corrections of successful
-    sources a step, 100 steps, 20 noise seeds, the method's default knobs: the rule as METHODS §4 writes it
+    sources a step, 100 steps, 20 noise seeds, the method's default knobs: the rule as the spec writes it
     (drop_test="step") ends at rho_max every time; the default ends around its start, as often below as above."""
     knobs = CIPO().ratio_knobs
     assert knobs["drop_test"] == "window"

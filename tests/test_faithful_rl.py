@@ -1,6 +1,6 @@
-"""The RL objective as the references define it (METHODS.md §1): the tempered policy is the one optimised, the
-KL sits in the policy term's aggregation, truncated importance sampling corrects top-p, PPO epochs split into
-mini-batches with a schedule over optimizer steps, and DAPO's overlong shaping and filtering.
+"""The RL objective as the references define it (docs/methods/grpo.md#spec): the tempered policy is the one
+optimised, the KL sits in the policy term's aggregation, truncated importance sampling corrects top-p, PPO epochs
+split into mini-batches with a schedule over optimizer steps, and DAPO's overlong shaping and filtering.
 
 Each test below fails on the code before these conventions (commit f10646a): sampler and update scored at
 temperature 1, KL always token-mean, no TIS / mini-batches / overlong knobs, total_steps = RL steps."""
@@ -54,6 +54,7 @@ def sampled(tokenizer):
 # ------------------------------------------------------------------------------------------------ temperature
 
 
+@pytest.mark.slow  # 30 s a call on 2 shared cores (2026-12-07)
 def test_first_epoch_ratio_is_one_under_the_sampling_temperature(sampled):
     model, batch = sampled
     graphdef, params = nnx.split(model)
@@ -68,6 +69,7 @@ def test_first_epoch_ratio_is_one_under_the_sampling_temperature(sampled):
     assert float(out1.metrics["logprob_gap/mean"]) > 1e-2
 
 
+@pytest.mark.slow  # 32 s a call on 2 shared cores (2026-12-07)
 def test_update_gradient_is_the_reinforce_gradient_of_the_tempered_policy(sampled):
     model, batch = sampled
     graphdef, params = nnx.split(model)
@@ -254,6 +256,7 @@ def _count(opt_state):
     return max(counts)
 
 
+@pytest.mark.slow  # 53 s a call on 2 shared cores (2026-12-07)
 def test_epochs_times_mini_batches_optimizer_steps_and_metrics(tokenizer, tmp_path):
     cfg = TrainerConfig(steps=2, prompts_per_step=4, samples_per_prompt=4, max_new_tokens=8, lr=1e-3,
                         temperature=T, num_iterations=2, num_mini_batches=2, schedule="cosine",

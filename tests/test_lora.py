@@ -13,7 +13,7 @@ from flax import nnx
 from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.models.lora import (TARGETS, TRAINABLE, LoraConfig, adapted, attach_lora, base_graphdef, base_state,
-                                      count_params)
+                                      count_params, lora_config_of, peft_config)
 from jaxrl_reason.rl.batch import build_token_batch
 from jaxrl_reason.rl.losses import pg_spec
 from jaxrl_reason.rl.scoring import model_logprobs, reference_logprobs
@@ -55,6 +55,7 @@ def randomise_adapters(model, seed=0, std=0.3):
     return model
 
 
+@pytest.mark.slow  # 35 s a call on 2 shared cores (2026-12-07)
 def test_adapters_start_at_the_base_and_move_it(tokenizer):
     model = tiny_model(tokenizer)
     tokens = jnp.arange(12)[None] % tokenizer.vocab_size
@@ -69,6 +70,7 @@ def test_adapters_start_at_the_base_and_move_it(tokenizer):
         attach_lora(model, LoraConfig(rank=RANK))
 
 
+@pytest.mark.slow  # 22 s a call on 2 shared cores (2026-12-07)
 def test_only_adapters_train_and_hold_optimizer_state(tokenizer):
     model = attach_lora(tiny_model(tokenizer), LoraConfig(rank=RANK), seed=1)
     graphdef, params = nnx.split(model)
@@ -97,6 +99,64 @@ def test_only_adapters_train_and_hold_optimizer_state(tokenizer):
     assert after[0] > start[0] + 1e-3 and after[1] < start[1] - 1e-3  # advantage direction, through the adapters
 
 
+def test_adapter_dropout_drops_input_features_and_is_unbiased(tokenizer):
+    """lora.dropout zeroes the adapter's input features (the frozen x @ W never), scales the kept ones by
+    1 / (1 - p) so the adapter's output is unbiased, and a dropped feature's row of A gets no gradient."""
+    p = 0.5
+    model = randomise_adapters(attach_lora(tiny_model(tokenizer), LoraConfig(rank=RANK, dropout=p), seed=1))
+    assert lora_config_of(model).dropout == p and peft_config(model)["lora_dropout"] == p
+    lin = adapted(model)["up_proj"]
+    layer = nnx.merge(nnx.graphdef(model.layers), model.unstack_layers()[0]).mlp.up_proj
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, layer.kernel.shape[0]))
+    plain = np.asarray(layer.adapter(x))
+    np.testing.assert_array_equal(np.asarray(layer.adapter(x, None)), plain)  # no key: no dropout
+    keys = jax.random.split(jax.random.PRNGKey(1), 4000)
+    dropped = np.asarray(jax.vmap(lambda k: layer.adapter(x, k))(keys))
+    assert np.abs(dropped[0] - plain).max() > 1e-3 and np.abs(dropped[0] - dropped[1]).max() > 1e-3
+    # unbiased: the mean over masks is the undropped output (to a few standard errors)
+    se = dropped.std(0) / np.sqrt(len(keys))
+    assert np.all(np.abs(dropped.mean(0) - plain) < 5 * se + 1e-6)
+    # the gradient reaches A's row i only through x_i: exactly the dropped features' rows are zero, and a kept
+    # row is x_i / (1 - p) times the column sums of scale * B
+    graphdef, state = nnx.split(layer)
+    grads = jax.grad(lambda st: nnx.merge(graphdef, st).adapter(x, keys[0]).sum())(state)
+    grad = np.asarray(grads["lora"]["lora_a"][...])
+    zero_rows = np.all(grad == 0, axis=1)
+    assert 0.25 < zero_rows.mean() < 0.75
+    b_sums = np.asarray(layer.lora_scale * layer.lora.lora_b[...]).sum(-1)
+    want = np.asarray(x[0])[:, None] / (1 - p) * b_sums[None, :]
+    np.testing.assert_allclose(grad[~zero_rows], want[~zero_rows], rtol=1e-4, atol=1e-6)
+    assert lin.lora_dropout == p
+
+
+def test_update_drops_adapter_features_only_with_a_key(tokenizer):
+    """The update's `key` drives the dropout: same key, same update; another key, another; no key, the update of
+    the dropout-free policy, bit for bit. The dropped forward no longer scores the sampler's pi_old exactly
+    (logprob_gap > 0), which the dropout-free update does."""
+    def setup(dropout):
+        model = randomise_adapters(attach_lora(tiny_model(tokenizer), LoraConfig(rank=RANK, dropout=dropout), seed=1))
+        graphdef, params = nnx.split(model)
+        batch = small_batch([1.0, -1.0, 0.5, 0.0])
+        batch = batch._replace(old_logprobs=np.asarray(model_logprobs(graphdef, params, batch)[0]) * batch.loss_mask)
+        opt = make_optimizer(1e-2, total_steps=10, clip_norm=0.0)
+        update = make_update(graphdef, opt, (pg_spec(("solve",)),), trainable=TRAINABLE, micro_batches=2)
+        run = lambda key: update(jax.tree.map(jnp.copy, params), opt.init(split_trainable(params, TRAINABLE)[0]),  # noqa: E731
+                                 batch, key=key)
+        return run
+
+    with_dropout, without = setup(0.3), setup(0.0)
+    k0, k1 = jax.random.PRNGKey(0), jax.random.PRNGKey(1)
+    a, b, c, none = with_dropout(k0), with_dropout(k0), with_dropout(k1), with_dropout(None)
+    plain = without(k0)
+    leaves = lambda out: [np.asarray(x) for x in jax.tree.leaves(out.params)]  # noqa: E731
+    for x, y in zip(leaves(a), leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    assert max(np.abs(x - y).max() for x, y in zip(leaves(a), leaves(c))) > 1e-6
+    for x, y in zip(leaves(none), leaves(plain)):  # no key, or p = 0: the forward without dropout
+        np.testing.assert_array_equal(x, y)
+    assert float(a.metrics["logprob_gap/mean"]) > 1e-3 and float(plain.metrics["logprob_gap/mean"]) < 1e-5
+
+
 def make_trainer(tokenizer, workdir, steps=3, lora=LoraConfig(rank=RANK), beta=0.05, **kw):
     model = tiny_model(tokenizer, seed=3)
     train = arithmetic_examples(64, seed=7, config=ARITH)
@@ -106,6 +166,7 @@ def make_trainer(tokenizer, workdir, steps=3, lora=LoraConfig(rank=RANK), beta=0
                    workdir, lora=lora)
 
 
+@pytest.mark.slow  # 80 s a call on 2 shared cores (2026-12-07)
 def test_reference_is_the_base_with_adapters_off_and_no_copy(tokenizer, tmp_path):
     base_model = tiny_model(tokenizer, seed=3)
     base_gd, base_params = nnx.split(base_model)
@@ -125,6 +186,7 @@ def test_reference_is_the_base_with_adapters_off_and_no_copy(tokenizer, tmp_path
     tr.close()
 
 
+@pytest.mark.slow  # 28 s a call on 2 shared cores (2026-12-07)
 def test_sampler_runs_the_adapted_policy(tokenizer):
     """Greedy samples of a LoRA policy (prefill with the adapters beside W, decode on merged weights) are those of
     the same policy with the adapters merged into its kernels."""
@@ -147,15 +209,19 @@ def test_sampler_runs_the_adapted_policy(tokenizer):
     np.testing.assert_allclose(beside.logprobs, want.logprobs, atol=1e-4)
 
 
+@pytest.mark.slow  # 148 s a call on 2 shared cores (2026-12-07)
 def test_kill_and_resume_with_adapters_is_exact(tokenizer, tmp_path):
-    keys = ("loss/pg", "loss/kl", "reward/mean", "grad_norm", "solve/kl_ref")
-    full = make_trainer(tokenizer, str(tmp_path / "a"), steps=4)
+    """With adapter dropout on: its keys derive from the checkpointed step key, so resuming replays them."""
+    keys = ("loss/pg", "loss/kl", "reward/mean", "grad_norm", "solve/kl_ref", "logprob_gap/mean")
+    lora = LoraConfig(rank=RANK, dropout=0.2)
+    full = make_trainer(tokenizer, str(tmp_path / "a"), steps=4, lora=lora)
     ref = full.run()
     full.close()
-    part = make_trainer(tokenizer, str(tmp_path / "b"), steps=4)
+    assert ref[-1]["logprob_gap/mean"] > 1e-4  # the dropout ran (the adapters have moved off B = 0 by then)
+    part = make_trainer(tokenizer, str(tmp_path / "b"), steps=4, lora=lora)
     first = part.run(stop_after=2)
     part.close()
-    resumed = make_trainer(tokenizer, str(tmp_path / "b"), steps=4)
+    resumed = make_trainer(tokenizer, str(tmp_path / "b"), steps=4, lora=lora)
     assert int(resumed.state.step) == 2
     assert moment_size(resumed.state.opt_state) == 2 * count_params(split_trainable(resumed.state.params, TRAINABLE)[0])
     rest = resumed.run()
@@ -184,6 +250,9 @@ def test_lora_config_refuses_bad_input():
         LoraConfig(rank=8, targets="q_proj,qkv")
     with pytest.raises(ValueError, match="lora.rank"):
         LoraConfig(rank=-1)
+    for p in (1.0, -0.1):
+        with pytest.raises(ValueError, match="lora.dropout"):
+            LoraConfig(rank=8, dropout=p)
     assert not LoraConfig().enabled and dataclasses.replace(LoraConfig(), rank=2).enabled
 
 

@@ -185,6 +185,7 @@ def test_param_count_matches_tree():
         assert n == cfg.num_params()
 
 
+@pytest.mark.slow  # 26 s a call on 2 shared cores (2026-12-07)
 def test_remat_and_matmul_residuals_give_the_same_gradients_with_less_saved_memory():
     import dataclasses
 

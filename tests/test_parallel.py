@@ -112,6 +112,7 @@ def test_memory_plan_matches_hand_count():
     assert one.activations - scored.activations == 3 * 4 * (8 * 16 - 40) * v
 
 
+@pytest.mark.slow  # 19-31 s a call on 2 shared cores (2026-12-07)
 @pytest.mark.parametrize("policy", ["all", "matmuls", "remat"])
 def test_activation_plan_follows_the_residual_policy(policy):
     """Against XLA's own count (temp bytes of the compiled update, one CPU device, activations dominating): the
@@ -147,7 +148,7 @@ def test_activation_plan_follows_the_residual_policy(policy):
     assert planned[0] > planned[1] > planned[2], planned
 
 
-def test_plan_memory_cli(capsys):
+def test_plan_memory_cli():
     script = os.path.join(ROOT, "experiments", "plan_memory.py")
     args = ["--model", "qwen2.5-math-1.5b", "--mesh", "fsdp=-1", "--devices", "8", "--train-rows", "160",
             "--train-length", "1024", "--micro-batches", "8", "--sample-rows", "160", "--sample-length", "1024"]
@@ -157,13 +158,12 @@ def test_plan_memory_cli(capsys):
     assert "fsdp=8" in ok.stdout and "FITS in 80.0 GiB" in ok.stdout
     for row in ("params", "optimizer state", "gradients", "activations", "KV cache"):
         assert row in ok.stdout
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import plan_memory
-
-    assert plan_memory.main(args + ["--device-memory-gb", "4"]) == 3
-    assert "DOES NOT FIT" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="num_key_value_heads=2"):
-        plan_memory.main(["--model", "qwen2.5-math-1.5b", "--mesh", "tp=4"])
+    small = subprocess.run([sys.executable, script] + args + ["--device-memory-gb", "4"], capture_output=True,
+                           text=True, cwd=ROOT)
+    assert small.returncode == 3 and "DOES NOT FIT" in small.stdout, small.stderr
+    bad = subprocess.run([sys.executable, script, "--model", "qwen2.5-math-1.5b", "--mesh", "tp=4"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and "num_key_value_heads=2" in bad.stderr, bad.stderr
 
 
 # ---------------------------------------------------------------------------------------------- 8 devices

@@ -154,16 +154,20 @@ def test_cure_7b_config_fits_four_80gb_gpus_and_builds_cure():
 def test_preflight_plans_a_config_and_run_sh_stops_when_it_does_not_fit(tmp_path):
     """experiments/launch: the plan of a config's own mesh and batch, and a launch that refuses to start when
     PREFLIGHT=1 finds it does not fit (before any model is loaded)."""
-    sys.path.insert(0, os.path.join(ROOT, "experiments", "launch"))
-    import preflight
+    from jaxrl_reason.configs import load_config_file
+    from jaxrl_reason.experiment.compile_check import batch_settings
 
-    cfg_path = config_path("cure_qwen25_7b_4gpu")
-    assert preflight.main(["--config", cfg_path, "--devices", "4"]) == 0
-    assert preflight.main(["--config", cfg_path, "--devices", "4", "--config.parallel.device_memory_gb=24"]) == 3
+    cfg_path = os.path.join(ROOT, "jaxrl_reason", "configs", "cure_qwen25_7b_4gpu.py")
+    preflight = [sys.executable, os.path.join(ROOT, "experiments", "launch", "preflight.py"), "--config", cfg_path,
+                 "--devices", "4"]
+    run = lambda *extra: subprocess.run(preflight + list(extra), capture_output=True, text=True, timeout=300,  # noqa
+                                        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+    fits, tight = run(), run("--config.parallel.device_memory_gb=24")
+    assert fits.returncode == 0 and tight.returncode == 3, (fits.stderr[-2000:], tight.stderr[-2000:])
     # the trainer pads each update to whole micro-batches per batch shard: the plan counts those rows
-    c = preflight.load_config(config_path("rlv_qwen25_math_1p5b_8gpu"),
-                              ["--config.rl.micro_batches=3"])
-    b = preflight.batch_settings(c, 8)
+    c = load_config_file(os.path.join(ROOT, "jaxrl_reason", "configs", "rlv_qwen25_math_1p5b_8gpu.py"),
+                         ["--config.rl.micro_batches=3"])
+    b = batch_settings(c, 8)
     assert b.train_rows == 336 and b.sample_rows == 160 and b.train_length == 768 + 256  # 2 x 160 -> 14 x 24
     env = dict(os.environ, PREFLIGHT="1", PREFLIGHT_DEVICES="4", PYTHON=sys.executable)
     out = subprocess.run([os.path.join(ROOT, "experiments", "launch", "run.sh"), cfg_path,

@@ -163,6 +163,7 @@ def _fixed_rollouts(tok):
     return Rollouts(ex, prompts, comps, lps, ["x"] * 4, rewards, ["eos"] * 4, [{}] * 4)
 
 
+@pytest.mark.slow  # 21 s a call on 2 shared cores (2026-12-07)
 def test_value_loss_lowers_value_error_through_the_fused_update(tok):
     model = attach_value_head(tiny_model(tok, seed=1))
     method = PPO(value_coef=1.0, value_clip=1.0)
@@ -281,6 +282,7 @@ def test_separate_critic_starts_as_the_policy_and_reads_only_its_own_params(tok)
         PPO(critic_lr_scale=10.0)
 
 
+@pytest.mark.slow  # 50 s a call on 2 shared cores (2026-12-07)
 def test_separate_critic_is_trained_by_the_value_loss_alone(tok):
     rollouts = _fixed_rollouts(tok)
 
@@ -392,6 +394,7 @@ def test_separate_critic_trains_checkpoints_resumes_and_exports(critic_runs, tmp
     assert os.path.exists(os.path.join(path, "model.safetensors"))
 
 
+@pytest.mark.slow  # 52 s a call on 2 shared cores (2026-12-07)
 def test_ppo_composes_with_every_aggregation(tok, critic="separate"):
     # The aggregation is the pg term's alone; the value term (token mean) sits beside it in every case.
     from jaxrl_reason.rl.losses import AGGREGATIONS

@@ -104,6 +104,7 @@ def test_share_prefixes_declines_where_nothing_is_shared():
     assert share_prefixes(packed._replace(segment_ids=seg)) is None
 
 
+@pytest.mark.slow  # 29-40 s a call on 2 shared cores (2026-12-07)
 @pytest.mark.parametrize("micro_batches,head_at_trained_only", [(1, False), (1, True), (2, True)])
 def test_update_on_shared_prefixes_is_the_same_update(model, micro_batches, head_at_trained_only):
     rng = np.random.default_rng(3)
@@ -133,6 +134,7 @@ def test_update_on_shared_prefixes_is_the_same_update(model, micro_batches, head
     assert TASKS["solve"] in shared.rows.task_id
 
 
+@pytest.mark.slow  # 52 s a call on 2 shared cores (2026-12-07)
 def test_trainer_step_is_the_same_with_and_without_shared_prompts(tmp_path):
     from test_trainer import make_trainer  # noqa: E402 - the trainer fixture of the RL-core tests
     from tiny import arith_tokenizer

@@ -1,4 +1,5 @@
-"""Prompt templates: required fields and exact phrases (METHODS §2-§4, §6), and critique parsing."""
+"""Prompt templates: required fields and exact phrases (the specs of docs/methods/README.md;
+docs/tasks/README.md#spec-prompt-templates), and critique parsing."""
 from __future__ import annotations
 
 import pytest
@@ -116,7 +117,8 @@ def test_parse_well_formed():
 def test_parse_no_error_critique():
     c = parse_critique("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: N/A\nHIGH_LEVEL_HINT: none")
     assert c.error_found is False and c.quote == "" and c.why == "" and c.hint == ""
-    # an empty quote is right when there is no error; a hint is asked for all the same (METHODS §3)
+    # an empty quote is right when there is no error; a hint is asked for all the same
+    # (docs/methods/cure.md#spec-critique)
     assert c.format_errors == ("empty HIGH_LEVEL_HINT",)
     assert critique_format_penalty(c) == pytest.approx(-0.25)
 

@@ -55,6 +55,7 @@ def test_per_question_balance_takes_equal_classes_within_each_question():
         balanced_indices(labels, rng, balance="per_question")
 
 
+@pytest.mark.slow  # 30 s a call on 2 shared cores (2026-12-07)
 def test_verify_term_raises_yes_on_correct_and_no_on_wrong(tokenizer):
     model = tiny_model(tokenizer)
     graphdef, params = nnx.split(model)
@@ -111,6 +112,7 @@ def test_rlv_build_adds_balanced_verify_rows(tokenizer):
     assert sorted(targets.tolist()) == sorted([yes] * (n_verify // 2) + [no] * (n_verify // 2))
 
 
+@pytest.mark.slow  # 74 s a call on 2 shared cores (2026-12-07)
 def test_rlv_trains_inside_the_trainer(tokenizer, tmp_path):
     model = tiny_model(tokenizer, seed=2)
     cfg = TrainerConfig(steps=2, prompts_per_step=4, samples_per_prompt=4, max_new_tokens=10, lr=1e-3,
@@ -157,6 +159,7 @@ def test_verify_warmup_teaches_the_verdict_on_self_labelled_samples(tokenizer):
     assert len(res["history"]) == 80 and res["history"][-1]["verify_warmup/nll"] < res["history"][0]["verify_warmup/nll"]
 
 
+@pytest.mark.slow  # 204 s a call on 2 shared cores (2026-12-07)
 def test_verification_warmup_stopped_midway_resumes_to_the_same_model(tokenizer, tmp_path):
     """train_verdicts(checkpoint_dir=): cut after 5 of 9 steps (saves every 3) and run again from another init with
     too few steps left to get there from scratch, it draws the same rows (the generator state is saved) and the

@@ -64,6 +64,7 @@ def both(setup):
     return run(True), run(False)
 
 
+@pytest.mark.slow  # 50 s a call on 2 shared cores (2026-12-07)
 def test_cache_continuation_samples_what_reprefilling_samples(both):
     cached, fresh = both
     assert max(len(t) for t in cached.turns) >= 2  # some rows really continued after an environment turn
@@ -216,6 +217,7 @@ def tool_trainer(tok, workdir, steps=2):
     return tr
 
 
+@pytest.mark.slow  # 91 s a call on 2 shared cores (2026-12-07)
 def test_grpo_trains_on_multi_turn_rows_and_resumes_exactly(setup, tmp_path):
     tok = setup[0]
     full = tool_trainer(tok, str(tmp_path / "a"))

@@ -42,7 +42,7 @@ def test_logprobs_equal_fresh_forward(hf_and_model, prompts):
     _, model = hf_and_model
     for kw in (dict(temperature=1.0), dict(temperature=0.7, top_k=10), dict(temperature=1.3, top_p=0.8)):
         out = sample(model, prompts, jax.random.PRNGKey(1), max_new_tokens=24, num_samples=3, **kw)
-        # pi_old is the tempered policy softmax(logits / T), untruncated (METHODS.md §1)
+        # pi_old is the tempered policy softmax(logits / T), untruncated (docs/methods/grpo.md#spec-temperature)
         ref = completion_logprobs(model, None, [prompts[i] for i in out.prompt_index], out.completions(),
                                   temperature=kw["temperature"])
         for r, lp, n in zip(ref, out.logprobs, out.lengths):

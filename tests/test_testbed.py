@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -504,12 +503,9 @@ def test_latin_mark_check_is_the_worked_checks_marks_without_the_copies():
 
 
 def test_probe_grades_a_written_check_line_by_line_per_flag_and_mark():
-    """testbed_probe.grade_check_lines: a right check scores 1 everywhere; a check that copies every cell but calls
+    """probes.grade_check_lines: a right check scores 1 everywhere; a check that copies every cell but calls
     every line ok is right on the copies and the ok marks only; a check cut short counts its missing lines wrong."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
-                                    "research"))
-    os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
-    from testbed_probe import grade_check_lines
+    from jaxrl_reason.experiment.probes import grade_check_lines
 
     changed = list(LSQ)
     changed[0] = "B"
@@ -536,13 +532,10 @@ def test_probe_grades_a_written_check_line_by_line_per_flag_and_mark():
 
 
 def test_probe_own_check_rows_are_the_checks_of_the_policys_own_distinct_attempts_balanced():
-    """testbed_probe.own_check_rows: one row per distinct wrong attempt and as many right ones, each target the
+    """probes.own_check_rows: one row per distinct wrong attempt and as many right ones, each target the
     task's check of that very answer then the checker's verdict."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
-                                    "research"))
-    os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
     from jaxrl_reason.data.datasets import Example
-    from testbed_probe import own_check_rows
+    from jaxrl_reason.experiment.probes import own_check_rows
 
     e = Example(LQ, "", "q0", ls.solution_text(LSQ), {"source": "latin_square"})
     changed, repeat = list(LSQ), list(LSQ)
@@ -561,15 +554,12 @@ def test_probe_own_check_rows_are_the_checks_of_the_policys_own_distinct_attempt
 
 
 def test_probe_mark_weight_weighs_exactly_the_non_ok_marks_of_check_rows():
-    """testbed_probe.rare_mark_spans (--mark-weight, --mark-span): on a worked-check row the spans are the
+    """probes.rare_mark_spans (--mark-weight, --mark-span): on a worked-check row the spans are the
     `changed` / `repeat` words (or those lines' cells and marks) and nothing else (not `ok`, not the verdict); a
     worked-solution row gets none."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
-                                    "research"))
-    os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
     from jaxrl_reason.data.datasets import Example
     from jaxrl_reason.data.testbed import check_pairs, task_of
-    from testbed_probe import rare_mark_spans
+    from jaxrl_reason.experiment.probes import rare_mark_spans
 
     e = Example(LQ, "", "q0", ls.solution_text(LSQ), {"source": "latin_square"})
     changed = list(LSQ)
@@ -793,6 +783,7 @@ def _check_cfg(tmp_path, **sft):
     return c
 
 
+@pytest.mark.slow  # 153 s a call on 2 shared cores (2026-12-07)
 def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alone(tmp_path):
     """The stage trains on the pairs of the questions it does not hold out (2 rows each, one worked solution per
     row), its check NLL falls, the held-out verifier is measured before and after, and the SFT alone is kept
@@ -824,6 +815,7 @@ def test_check_warmup_runs_after_the_sft_trains_the_check_and_keeps_the_sft_alon
     assert not (tmp_path / WARMUP_CHECKPOINTS).exists()  # removed once sft_model is saved
 
 
+@pytest.mark.slow  # 234 s a call on 2 shared cores (2026-12-07)
 def test_check_warmup_stopped_midway_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
     """sft.checkpoint_every: a run cut 30 steps into the 60-step stage (saves every 20) resumes at step 20 and
     ends at the model an uninterrupted run reaches; with 45 steps left it could not get there from the start."""
@@ -865,6 +857,7 @@ def test_check_warmup_stopped_midway_resumes_from_its_last_checkpoint(tmp_path, 
     assert models["cut"] == models["straight"]
 
 
+@pytest.mark.slow  # over 185 s (stopped at the cap) a call on 2 shared cores (2026-12-07)
 def test_check_warmup_trains_more_rounds_until_its_held_out_target(tmp_path):
     """sft.check_target: below the target after a round of check_steps, another round follows (its own
     checkpoints and log steps), up to sft.check_rounds; a target met after the first round stops there."""
@@ -1226,61 +1219,6 @@ def test_own_attempt_warmup_runs_after_the_sft_and_reports_its_rows(tmp_path):
     assert 1 <= own["correct_rows"] <= 16 and own["critique_rows"] == 0
     assert own["solve_rows"] == min(40, 3 * own["correct_rows"])  # sft.own_attempt_solve_share = 3 of 40 SFT rows
     assert (tmp_path / "logs_own_attempts").is_dir() and (tmp_path / "sft_model" / "config.json").exists()
-
-    # the research script runs the stage again on that warm-up model, and refuses a config whose data differ
-    from jaxrl_reason.data.datasets import write_jsonl
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
-                                    "research"))
-    import own_attempt_warmup
-
-    write_jsonl(task.heldout, tmp_path / "heldout.jsonl")
-    cfg_file = tmp_path / "cfg.py"
-    cfg_file.write_text("from jaxrl_reason.configs.testbed_rlv import get_config as base\n\n\ndef get_config():\n"
-                        "    c = base()\n    c.data.source = 'latin_square'\n"
-                        "    c.data.train_size, c.data.heldout_size = 200, 16\n"
-                        "    c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 32, 2, 64\n"
-                        "    c.tokenizer.vocab_size = 300\n"
-                        "    c.sft.steps, c.sft.examples, c.sft.batch_size = 3, 40, 4\n"
-                        "    c.sft.aux_verify_share, c.sft.aux_correct_share = 0.0, 0.5\n"
-                        "    c.sft.own_attempt_questions, c.sft.own_attempt_samples = 4, 2\n"
-                        "    c.rl.progress = False\n    return c\n")
-    out = tmp_path / "again"
-    own_attempt_warmup.main(["--config", str(cfg_file), "--from", str(tmp_path), "--workdir", str(out),
-                             "--config.sft.own_attempt_steps=1"])
-    assert (out / "sft_model" / "config.json").exists() and (out / "tokenizer").is_dir()
-    assert (out / "heldout.jsonl").read_text() == (tmp_path / "heldout.jsonl").read_text()
-    assert json.loads((out / "own_attempts.json").read_text())["attempts"] == 8
-    with pytest.raises(SystemExit, match="differs from the held-out questions"):
-        own_attempt_warmup.main(["--config", str(cfg_file), "--from", str(tmp_path), "--workdir", str(out),
-                                 "--config.sft.own_attempt_steps=1", "--config.seed=5"])
-
-
-def test_guided_probe_scores_the_plain_and_the_guided_prompt_on_a_run(tmp_path):
-    """experiments/research/guided_probe.py on a 3-step warm-up: plain and guided accuracies in [0, 1], the true-hint
-    accuracy over the plain attempt's critiqued wrong answers, and the guided prompt it posed."""
-    from jaxrl_reason.data.datasets import write_jsonl
-    from jaxrl_reason.experiment.data import build_data
-    from jaxrl_reason.experiment.model import build_tokenizer
-    from jaxrl_reason.experiment.pipeline import start
-    from jaxrl_reason.experiment.warmup import warmed_up_policy
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
-                                    "research"))
-    os.environ.setdefault("JAXRL_REASON_NO_REEXEC", "1")
-    import guided_probe
-
-    rc, _ = start(_own_cfg(tmp_path, own_attempt_steps=0))
-    task = build_data(rc.data, rc.seed)
-    tok = build_tokenizer(rc, task.train, str(tmp_path), task.prompt_fn)
-    warmed_up_policy(rc, tok, task, str(tmp_path))
-    write_jsonl(task.heldout, tmp_path / "heldout.jsonl")
-    out = guided_probe.main(["--run", str(tmp_path), "--questions", "4"])
-    assert out["questions"] == 4 and 0.0 <= out["plain"] <= 1.0 and 0.0 <= out["guided_generic_hint"] <= 1.0
-    assert 0 <= out["wrong_critiqued"] <= 4
-    if out["wrong_critiqued"]:
-        assert 0.0 <= out["guided_true_hint_on_wrong"] <= 1.0 and "Guidance for solving" in out["example_prompt"]
-    assert json.loads((tmp_path / "guided_probe.json").read_text()) == out
 
 
 @pytest.mark.parametrize("change, match", [

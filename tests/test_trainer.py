@@ -474,3 +474,14 @@ def test_packed_rows_are_the_same_sft_update_on_fewer_rows(tokenizer):
     ref = update(jax.tree.map(jnp.copy, params), opt.init(params), batch)
     out = update(jax.tree.map(jnp.copy, params), opt.init(params), pad_rows_to(packed, 4, bucket=True))
     assert_same_update(out, ref, params, ("loss/sft", "grad_norm"), rtol=1e-5, atol=1e-6)
+
+
+def test_a_kl_run_over_micro_batches_scores_its_reference_per_micro_batch(tokenizer, tmp_path):
+    """The reference forward takes the update's `scored`, sized for one micro-batch's row group: scoring the whole
+    batch with it overflowed (NaN KL, every step refused) as soon as micro_batches > 1. It now scores one
+    micro-batch at a time, in the update's layout: the same KL as one micro-batch."""
+    runs = {mb: make_trainer(tokenizer, str(tmp_path / f"mb{mb}"), steps=2, reward=length_parity_reward,
+                             micro_batches=mb).run() for mb in (1, 4)}
+    for a, b in zip(runs[1], runs[4]):
+        assert np.isfinite(b["loss/kl"]) and abs(a["solve/kl_ref"] - b["solve/kl_ref"]) < 1e-5
+    assert runs[4][-1]["solve/kl_ref"] > 0

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import statistics
@@ -54,43 +53,13 @@ from typing import Optional
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-from jaxrl_reason.cpu_malloc import reexec_with_huge_pages  # noqa: E402
+from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 # The peaks table and the FLOPs / bytes formulas, shared with experiment.compile_check (no jax import).
 from jaxrl_reason.parallel.roofline import (PEAKS, decode_bytes, grpo_model_flops,  # noqa: E402,F401
                                            layer_matmul_params, peak_for)
-
-# Architectures as in the checkpoints' config.json (Qwen2.5-0.5B / -1.5B: 494,032,768 and 1,543,714,304
-# parameters with tied embeddings); rope/eps do not change the cost and follow the releases.
-QWEN = dict(vocab_size=151936, num_key_value_heads=2, tie_word_embeddings=True, attention_bias=True,
-            rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=32768)
-SHAPES = {
-    "tiny": dict(model=dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                            num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True,
-                            attention_bias=True, max_position_embeddings=4096),
-                 decode=dict(prompt_len=16, new_tokens=16),
-                 grpo=dict(prompts=2, samples=4, prompt_len=16, completion_len=16, micro_batches=1)),
-    "0.5b": dict(model=dict(QWEN, hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                            intermediate_size=4864),
-                 decode=dict(prompt_len=256, new_tokens=128),
-                 grpo=dict(prompts=8, samples=8, prompt_len=256, completion_len=512, micro_batches=4)),
-    "1.5b": dict(model=dict(QWEN, hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-                            intermediate_size=8960),
-                 decode=dict(prompt_len=256, new_tokens=128),
-                 grpo=dict(prompts=8, samples=8, prompt_len=256, completion_len=512, micro_batches=4)),
-}
-
-def model_config(shape: str, param_dtype: str, dtype: str):
-    from jaxrl_reason.models.qwen2 import ModelConfig
-
-    if shape not in SHAPES:
-        raise SystemExit(f"--shapes: unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    return ModelConfig(**SHAPES[shape]["model"], param_dtype=param_dtype, dtype=dtype)
-
+from jaxrl_reason.experiment.perf import SHAPES, grpo_batch, model_config  # noqa: E402
 
 def _median(xs):
     return float(statistics.median(xs))
@@ -291,31 +260,6 @@ def bench_decode(job: DecodeJob, repeats: int, param_bytes: int, peak_gbs: Optio
 
 # ----------------------------------------------------------------------------------------------------------------
 # GRPO update
-
-
-def grpo_batch(cfg, prompts: int, samples: int, prompt_len: int, completion_len: int, micro_batches: int,
-               share: bool, seed: int = 0):
-    """(batch as the Trainer hands it to the update, scored, shared?): random tokens, GRPO-like advantages and
-    old log-probs near a random model's uniform policy (ratios near 1, as on a first epoch)."""
-    from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size
-    from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
-
-    rng = np.random.default_rng(seed)
-    rows = prompts * samples
-    prompt_ids = [rng.integers(1, cfg.vocab_size, prompt_len).tolist() for _ in range(prompts)]
-    rewards = rng.normal(size=(prompts, samples)).astype(np.float32)
-    adv = ((rewards - rewards.mean(1, keepdims=True)) / (rewards.std(1, keepdims=True) + 1e-6)).reshape(-1)
-    uniform = -math.log(cfg.vocab_size)
-    batch = build_token_batch([prompt_ids[r // samples] for r in range(rows)],
-                              [rng.integers(1, cfg.vocab_size, completion_len).tolist() for _ in range(rows)],
-                              adv, [(uniform + 0.01 * rng.normal(size=completion_len)).tolist() for _ in range(rows)],
-                              "solve", length=prompt_len + completion_len)
-    batch = pad_rows_to(batch, micro_batches)
-    if share:
-        batch = share_prefixes(batch, micro_batches) or batch
-    shared = isinstance(batch, SharedPrefixBatch)
-    scored = scored_size(batch.rows if shared else batch, micro_batches)
-    return batch, scored, shared
 
 
 def batch_token_counts(batch, shared: bool) -> tuple[int, int]:

@@ -6,13 +6,15 @@ merged once per call or run beside the weights at every token.
     python experiments/bench/lora.py --size wide       # hidden 512, 4 layers, FFN 2048, vocab 4096
 
 The update is GRPO's (policy term + KL, beta 0.04) on 64 rows (8 prompts x 8 samples) of 32 prompt + 64
-completion tokens, the default run's shape; every projection adapted at rank 8, alpha 16. Times: the median of
-`--repeats` calls, the two arms alternating, after one warm-up call each. Memory: XLA's memory analysis of the
+completion tokens, the default run's shape; every projection adapted at rank 8, alpha 16; a third arm adds
+adapter dropout (`--dropout`, a fresh key per update). Times: the median of
+`--repeats` calls, the arms alternating, after one warm-up call each. Memory: XLA's memory analysis of the
 compiled update (arguments, outputs, temporaries) and the bytes the KL reference adds beside the policy.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -59,15 +61,19 @@ def arm(cfg: ModelConfig, lora: LoraConfig):
     opt = make_optimizer(1e-5, total_steps=100)
     tr = start_training(model, opt, terms, trainable=TRAINABLE if lora.enabled else None)
     batch = batch_of(cfg.vocab_size)
-    mem = tr.update.lower(tr.params, tr.opt_state, batch).compile().memory_analysis()
+    drop = lora.dropout > 0  # the update's dropout masks come from a key per call
+    key0 = jax.random.PRNGKey(0) if drop else None
+    mem = tr.update.lower(tr.params, tr.opt_state, batch, None, key0).compile().memory_analysis()
     # The KL reference a trainer keeps: a frozen copy of the policy, or the LoRA policy's own base arrays.
     own = {id(x) for x in jax.tree.leaves(tr.params)}
     ref = base_state(tr.params) if lora.enabled else jax.tree.map(jnp.copy, tr.params)
     ref_extra = sum(x.nbytes for x in jax.tree.leaves(ref) if id(x) not in own)
-    state = {"params": tr.params, "opt": tr.opt_state}
+    state = {"params": tr.params, "opt": tr.opt_state, "calls": 0}
 
     def step():
-        out = tr.update(state["params"], state["opt"], batch)
+        state["calls"] += 1
+        key = jax.random.fold_in(key0, state["calls"]) if drop else None
+        out = tr.update(state["params"], state["opt"], batch, key=key)
         jax.block_until_ready(out.params)
         state["params"], state["opt"] = out.params, out.opt_state
 
@@ -96,10 +102,12 @@ def main():
     ap.add_argument("--size", choices=sorted(SIZES), default="default")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--dropout", type=float, default=0.1, help="the third arm's lora.dropout")
     args = ap.parse_args()
     cfg = ModelConfig(max_position_embeddings=512, rope_theta=10000.0, **SIZES[args.size])
     lora = LoraConfig(rank=args.rank, alpha=2.0 * args.rank)
-    arms = {"full": arm(cfg, LoraConfig()), "lora": arm(cfg, lora)}
+    arms = {"full": arm(cfg, LoraConfig()), "lora": arm(cfg, lora),
+            "lora_dropout": arm(cfg, dataclasses.replace(lora, dropout=args.dropout))}
     update_s = alternate({k: a["step"] for k, a in arms.items()}, args.repeats)
 
     # Decode: the same adapted policy, adapters merged once per call vs beside the weights at every token, and

@@ -1,8 +1,11 @@
 """Wall time of each notebook in colabs/, run top to bottom headless at its full (Colab) size or --smoke size.
 
-    python experiments/bench/notebooks.py [--smoke] [--repeats 1] [--only 04] [--compiles]
+    python experiments/bench/notebooks.py [--smoke] [--repeats 1] [--only 04] [--compiles] [--write]
 
-Uses the runner of tests/test_colabs.py (code cells in order, `!pip` cells skipped). Prints a markdown table:
+Uses the runner CI uses (`jaxrl_reason.experiment.notebooks`: code cells in order, `!pip` cells skipped). --write
+commits a notebook executed: it writes each cell's printed text and figure (one PNG) back into the .ipynb, with
+the size, date, seconds and CPU in its metadata (`nice python experiments/bench/notebooks.py --write --only 04`
+after editing 04; one notebook at a time on a shared machine). Prints a markdown table:
 notebook, seconds per run (median over --repeats), the CPU model. The README quotes these numbers. A first run as
 on a fresh Colab runtime starts from an empty compile cache: `rm -rf /tmp/jaxrl_reason_xla_cache` before it.
 --compiles also counts XLA compilations per jitted function and their seconds (JAX's compile log), which is where a
@@ -16,12 +19,13 @@ import os
 import re
 import platform
 import statistics
-import sys
 import time
 
+from jaxrl_reason.experiment.notebooks import execute_in_place, run_notebook
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-from test_colabs import COLABS, SMOKE_VAR, run_notebook  # noqa: E402
+COLABS = os.path.join(ROOT, "colabs")
+SMOKE_VAR = "JAXRL_REASON_SMOKE"  # the notebooks read it to shrink to the CI size
 
 
 def cpu_model() -> str:
@@ -72,6 +76,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--only", help="substring of the notebook names to run")
     p.add_argument("--compiles", action="store_true", help="count XLA compilations per notebook and function")
+    p.add_argument("--write", action="store_true", help="write the last run's outputs into the notebook")
     args = p.parse_args(argv)
     if args.smoke:
         os.environ[SMOKE_VAR] = "1"
@@ -87,7 +92,10 @@ def main(argv=None):
         counter = watch_compiles() if args.compiles else None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            run_notebook(path)
+            if args.write:
+                execute_in_place(path, "smoke" if args.smoke else "full", cpu_model())
+            else:
+                run_notebook(path)
             times.append(time.perf_counter() - t0)
         rows.append((name, statistics.median(times), times))
         print(f"{name}: {times}", flush=True)

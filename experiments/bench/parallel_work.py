@@ -9,25 +9,21 @@
 
 Prints one JSON line per mesh: the compiler's FLOPs per device (a loop body counted once: compare at equal
 micro-batches only), temporaries, arguments, and whether it fits the chip's HBM (`RESOURCE_EXHAUSTED`: the compiler
-refused it; the bytes it named are printed). The batch is `accelerator.py`'s GRPO batch; the mesh, rules and
-update are the ones a launch uses.
+refused it; the bytes it named are printed). The batch is `accelerator.py`'s GRPO batch
+(`experiment.perf.grpo_batch`); the mesh, rules and update are the ones a launch uses.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import sys
 import time
 
 import jax
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import accelerator  # noqa: E402
-
+from jaxrl_reason.experiment import perf  # noqa: E402
 from jaxrl_reason.models.qwen2 import init_model  # noqa: E402
 from jaxrl_reason.parallel.mesh import make_mesh  # noqa: E402
 from jaxrl_reason.parallel.rules import DEFAULT_RULES, tree_shardings  # noqa: E402
@@ -46,7 +42,7 @@ def compile_update(cfg, devices, axis: str, prompts: int, samples: int, prompt_l
     opt = make_optimizer(1e-6, total_steps=1000)
     abstract_opt = jax.eval_shape(opt.init, params)
     opt_state = sds(abstract_opt, tree_shardings(abstract_opt, mesh, DEFAULT_RULES))
-    batch, _, _ = accelerator.grpo_batch(cfg, prompts, samples, prompt_len, completion_len,
+    batch, _, _ = perf.grpo_batch(cfg, prompts, samples, prompt_len, completion_len,
                                          micro_batches * len(devices), share=False)
     scored = scored_size(batch, micro_batches, len(devices))
     batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), batch)
@@ -73,7 +69,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topology", default="", help="a TPU topology (v5e:2x2, v5e:4x4, ...); empty: this host's "
                     "devices (simulate N CPU devices with XLA_FLAGS=--xla_force_host_platform_device_count=N)")
-    ap.add_argument("--shape", default="tiny", help=f"model shape of accelerator.py: {sorted(accelerator.SHAPES)}")
+    ap.add_argument("--shape", default="tiny", help=f"model shape of accelerator.py: {sorted(perf.SHAPES)}")
     ap.add_argument("--param-dtype", default="float32")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--rows", default="16x4", help="prompts x samples")
@@ -92,7 +88,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"--devices {args.devices}: only {len(devices)} devices here")
     prompts, samples = (int(x) for x in args.rows.split("x"))
     prompt_len, completion_len = (int(x) for x in args.lengths.split(","))
-    cfg = accelerator.model_config(args.shape, args.param_dtype, args.dtype)
+    cfg = perf.model_config(args.shape, args.param_dtype, args.dtype)
     for name in args.meshes.split(","):
         n, axis = (1, "data") if name == "one" else (args.devices, name)
         res = compile_update(cfg, devices[:n], axis, prompts, samples, prompt_len, completion_len,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 
 from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
@@ -25,8 +24,7 @@ reexec_with_huge_pages()  # before jax is imported; only acts when this file run
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from notebooks import cpu_model  # noqa: E402
+from jaxrl_reason.experiment.perf import cpu_model  # noqa: E402
 
 
 def main(argv=None):

@@ -17,45 +17,7 @@ import os
 import sys
 
 from jaxrl_reason.configs import load_config_file as load_config  # the config file + --config.x=y overrides
-from jaxrl_reason.models import presets
-
-
-def model_config(cfg):
-    dtype, compute = cfg.model.dtype, cfg.model.compute_dtype or cfg.model.dtype
-    path = cfg.model.hf_path
-    if path and os.path.isfile(os.path.join(path, "config.json")):
-        return presets.load_model_config(path, dtype, compute), path
-    if not path and not cfg.model.get("gguf_path"):  # the from-scratch model of the config's own fields
-        from jaxrl_reason.models.qwen2 import ModelConfig
-
-        m = cfg.model
-        return ModelConfig(vocab_size=cfg.tokenizer.vocab_size, hidden_size=m.hidden_size,
-                           intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
-                           num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
-                           max_position_embeddings=m.max_position_embeddings,
-                           tie_word_embeddings=m.tie_word_embeddings, param_dtype=dtype, dtype=compute), "from scratch"
-    name = os.path.basename(os.path.normpath(path)).lower() if path else ""
-    if name in presets.PRESETS:
-        return presets.load_model_config(name, dtype, compute), f"preset {name}"
-    raise SystemExit(f"preflight: model.hf_path={path!r} has no config.json here and its name matches no preset "
-                     f"({', '.join(presets.PRESETS)}); pass a config with the weights on disk")
-
-
-def batch_settings(cfg, shards: int):
-    from jaxrl_reason.parallel.memory import BatchSettings
-
-    r, p = cfg.rl, cfg.parallel
-    rows_multiple = r.micro_batches * shards  # the trainer pads every update to whole micro-batches per shard
-    plan = p.get("plan")
-    if plan is not None:
-        train_rows, sample_rows, context = plan.train_rows, plan.sample_rows, plan.context
-    else:
-        rollouts = r.prompts_per_step * r.samples_per_prompt
-        train_rows = rollouts * (2 if cfg.method.name == "rlv" else 1)
-        sample_rows, context = rollouts, r.max_new_tokens + p.get("prompt_tokens", 256)
-    train_rows = -(-train_rows // rows_multiple) * rows_multiple
-    sample_rows = -(-sample_rows // shards) * shards
-    return BatchSettings(train_rows, context, sample_rows, context, r.micro_batches, r.get("logprob_chunk") or None)
+from jaxrl_reason.experiment.compile_check import batch_settings, model_config
 
 
 def main(argv=None) -> int:

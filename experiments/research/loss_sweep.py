@@ -3,8 +3,9 @@
 
     python experiments/research/loss_sweep.py --out runs/loss_sweep
 
-Runs the notebook's code cells in order in one namespace (as tests/test_colabs.py does), with `LAMBDAS = ()`,
-and stops after the loss sweep; writes <out>/loss_sweep.json (the cell's `loss_table`) and <out>/loss_sweep.png.
+Runs the notebook's code cells in order in one namespace (as tests/test_colabs.py does), without the lambda
+sweep's cell (its `compare` call), and stops after the loss sweep; writes <out>/loss_sweep.json (the cell's
+`loss_table`) and <out>/loss_sweep.png.
 """
 import argparse
 import json
@@ -26,8 +27,8 @@ def main() -> None:
         src = "".join(c["source"])
         if src.lstrip().startswith("!"):
             continue  # the Colab install
-        if "for lam in LAMBDAS" in src:
-            ns["LAMBDAS"] = ()
+        if "compare(" in src:
+            continue  # the lambda sweep
         exec(compile(src, f"cell {i}", "exec"), ns)
         print(f"cell {i}: {time.time() - t0:.0f} s", flush=True)
         if "loss_table" in ns:

@@ -25,52 +25,10 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-
-def positions_off(gold, answer) -> int:
-    """How many positions of `answer` differ from `gold` (a missing or extra position counts once); -1 when there
-    is no answer to compare."""
-    if not answer:
-        return -1
-    return sum(a != b for a, b in zip(gold, answer)) + abs(len(gold) - len(answer))
-
-
-def describe(distances) -> str:
-    """'median m (q25-q75), range lo-hi' of the non-negative distances ('none' when there are none)."""
-    d = np.asarray([x for x in distances if x >= 0])
-    if not d.size:
-        return "none"
-    q1, m, q3 = np.percentile(d, [25, 50, 75])
-    return f"median {m:g} ({q1:g}-{q3:g}), range {d.min()}-{d.max()}"
-
-
-def check_reading(task, question: str, attempt: str, reply: str) -> tuple[str, bool, bool]:
-    """(how the reply's check compares with the task's check of `attempt` -- `refine_probe.check_outcome`, whether
-    it flags a fault, whether the solution after it differs from the attempt) of a "worked_check" correction."""
-    from jaxrl_reason.data.testbed import correction_parts
-    from refine_probe import check_outcome
-
-    wrote, solution = correction_parts(task, question, attempt, reply)
-    flagged = any(line.rpartition(" ")[2] != "ok" for line in wrote.split("\n"))
-    rewritten = task.parse(solution) != task.parse(attempt)
-    return check_outcome(task.check_text(question, task.parse(attempt)), reply.strip()), flagged, rewritten
-
-
-def reading_row(name: str, readings, fixed) -> str:
-    """A markdown row of the wrong attempts' `check_reading`s and whether the correction fixed them."""
-    n = len(readings)
-    outcome = collections.Counter(r[0] for r in readings)
-    flagged = [r[1] for r in readings]
-    after_flag = [(r[2], f) for r, f in zip(readings, fixed) if r[1]]
-    return (f"| {name} | {n} | " + " · ".join(f"{k} {outcome[k]}" for k in ("exact", "lines", "copy", "mark"))
-            + f" | {sum(flagged)} | {sum(rw for rw, _ in after_flag)} | {sum(f for _, f in after_flag)} | "
-            f"{int(np.sum(fixed))} |")
+from jaxrl_reason.experiment.probes import check_reading, describe, positions_off, reading_row
 
 
 def main(argv=None):

@@ -1,5 +1,5 @@
-"""CIPO on the CPU default task: GRPO plus correction rows built from the policy's own attempts (METHODS.md §4,
-docs/methods/cipo.md).
+"""CIPO on the CPU default task: GRPO plus correction rows built from the policy's own attempts
+(docs/methods/cipo.md#spec).
 
     python experiments/train.py --config jaxrl_reason/configs/cipo.py
     python experiments/train.py --config jaxrl_reason/configs/cipo.py --config.method.extra.alpha=3

@@ -1,5 +1,5 @@
 """CIPO on the CPU code task: GRPO on procedural function-writing tasks plus corrections of the policy's own
-programs, rewarded in the sandbox like the solves (METHODS.md §4, docs/methods/cipo.md).
+programs, rewarded in the sandbox like the solves (docs/methods/cipo.md#spec-the-two-streams).
 
     python experiments/train.py --config jaxrl_reason/configs/cipo_code.py
 """

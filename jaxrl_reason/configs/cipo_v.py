@@ -1,5 +1,6 @@
 """The union GRPO^V + CIPO on the CPU default task: solve, verify and correct rows in one fused update, each term
-logged under its own name (loss/pg, loss/verify, loss/correct) with its stream's metrics (METHODS.md §5).
+logged under its own name (loss/pg, loss/verify, loss/correct) with its stream's metrics
+(docs/methods/composition.md#spec).
 
     python experiments/train.py --config jaxrl_reason/configs/cipo_v.py
 """

@@ -1,4 +1,4 @@
-"""CURE (METHODS.md §3) on the CPU default task: solve, critique with a teacher-forced verdict, guided
+"""CURE (docs/methods/cure.md#spec) on the CPU default task: solve, critique with a teacher-forced verdict, guided
 re-exploration from the critique's hint, replay of guided successes into zero-pass solve groups.
 
     python experiments/train.py --config jaxrl_reason/configs/cure.py

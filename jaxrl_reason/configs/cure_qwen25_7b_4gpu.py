@@ -1,9 +1,9 @@
-"""CURE (METHODS.md §3) on Qwen2.5-7B-Instruct, one host with 4 x 80 GB GPUs: parameters, AdamW state and
+"""CURE (docs/methods/cure.md#spec) on Qwen2.5-7B-Instruct, one host with 4 x 80 GB GPUs: parameters, AdamW state and
 gradients fully sharded over the 4 devices (fsdp=4), batch rows split the same way, paper-run loss settings
 (lr 1e-6, clip 0.2 / 0.28, dual-clip 10, no KL).
 
 The method is `jaxrl_reason.methods.cure.CURE` (registered as "cure"); the `method.extra` knobs below are its
-constructor arguments, METHODS.md's names for CURE's settings. jaxrl_reason/configs/cure.py is the CPU variant.
+constructor arguments, the names of docs/methods/cure.md#spec. jaxrl_reason/configs/cure.py is the CPU variant.
 
 Rows per step, worst case with Q=16 queries x K=4 solve samples and M=4 guided solutions per critique:
 solve 64 + replayed guided solutions <= 64 (at most K per query) + critiques 32 (Q*K/2, at most half of wrong

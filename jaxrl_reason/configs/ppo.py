@@ -1,6 +1,6 @@
 """PPO with a learned value on the CPU default task: a zero-initialised value head on the policy's final hidden
 state (shared trunk), GAE advantages whitened over the step's completion tokens, and the clipped value loss in the
-same fused update as the PPO-clip term (METHODS.md §1, docs/methods/ppo.md).
+same fused update as the PPO-clip term (docs/methods/ppo.md#spec).
 
     python experiments/train.py --config jaxrl_reason/configs/ppo.py
     python experiments/train.py --config jaxrl_reason/configs/ppo.py --config.method.extra.lam=0.95

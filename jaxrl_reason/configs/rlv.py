@@ -1,4 +1,4 @@
-"""GRPO^V on the CPU default task: the policy also learns to verify its own solutions (RL^V, METHODS.md §2).
+"""GRPO^V on the CPU default task: the policy also learns to verify its own solutions (RL^V, docs/methods/rlv.md#spec).
 
     python experiments/train.py --config jaxrl_reason/configs/rlv.py
     python experiments/train.py --config jaxrl_reason/configs/rlv.py --config.method.estimator=rloo   # RLOO^V

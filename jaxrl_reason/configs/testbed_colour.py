@@ -1,6 +1,6 @@
 """GRPO^V on the graph-colouring testbed (data/graph_colour.py): colour a 6-node, 7-edge graph with r g b so that
 no edge joins one colour; checking looks up both ends of each edge, solving may need to backtrack.
-docs/methods/testbed.md; its numbers are in docs/results/testbed.md.
+docs/tasks/testbed.md; its numbers are in docs/results/testbed.md.
 
     python experiments/train.py --config jaxrl_reason/configs/testbed_colour.py
 """

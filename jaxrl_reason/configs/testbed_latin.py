@@ -1,6 +1,6 @@
 """GRPO^V on the 4x4 Latin-square testbed (data/latin_square.py, 10 blanks): fill the blanks of a 4x4 grid so that
 every row and every column holds A B C D once. Checking compares cells at fixed offsets; filling needs the row and
-the column together. docs/methods/testbed.md; the preconditions it was sized by are in docs/results/testbed.md.
+the column together. docs/tasks/testbed.md; the preconditions it was sized by are in docs/results/testbed.md.
 
     python experiments/train.py --config jaxrl_reason/configs/testbed_latin.py
 

@@ -1,6 +1,6 @@
 """GRPO^V on the 4x4 Latin-square testbed with the worked check, on the 4 x 256 policy: the verifier writes the
 task's check of a solution (each row and column copied, then marked) before its verdict, and RL^V trains that
-whole target on the policy's own rollouts. docs/methods/testbed.md.
+whole target on the policy's own rollouts. docs/tasks/testbed.md.
 
     python experiments/train.py --config jaxrl_reason/configs/testbed_latin_check.py
     python experiments/research/bench_rlv.py --grpo-config jaxrl_reason/configs/testbed_latin_check.py \

@@ -4,8 +4,8 @@ prompt before CIPO trains it (the paper starts from an instruct model). The CIPO
 
     python experiments/research/bench_cipo.py --config jaxrl_reason/configs/testbed_latin_cipo.py
 
-Knobs scaled from the paper's run (METHODS.md §4: Qwen3-4B, 500 steps, G' correction rollouts per replay prompt)
-to 2 CPU cores: 8 queries x G = 8 solves, one replay prompt per query with G' = 4 corrections, every other CIPO
+Knobs scaled from the paper's run (docs/methods/cipo.md#spec: Qwen3-4B, 500 steps, G' correction rollouts per replay
+prompt) to 2 CPU cores: 8 queries x G = 8 solves, one replay prompt per query with G' = 4 corrections, every other CIPO
 knob at its default (`method_knobs("cipo")`). No verification warm-up: CIPO has no verify term.
 """
 from jaxrl_reason.configs.testbed_latin import get_config as testbed_latin

@@ -7,8 +7,8 @@ comparison runs it through
 
     python experiments/research/bench_cure.py --config jaxrl_reason/configs/testbed_latin_cure.py
 
-Knobs scaled from the paper's run (METHODS.md §3: 128 prompts x K = 4 solves, a critique batch of 256, M = 4
-guided re-solves) to 2 CPU cores: 8 prompts x K = 4 solves, every CURE knob at its default otherwise
+Knobs scaled from the paper's run (docs/methods/cure.md#spec-the-papers-run: 128 prompts x K = 4 solves, a critique
+batch of 256, M = 4 guided re-solves) to 2 CPU cores: 8 prompts x K = 4 solves, every CURE knob at its default otherwise
 (`method_knobs("cure")`), critiques of up to 160 tokens.
 """
 from jaxrl_reason.configs.testbed_latin import get_config as testbed_latin

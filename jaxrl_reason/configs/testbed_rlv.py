@@ -1,5 +1,5 @@
 """GRPO^V on the graph-path testbed, where checking a solution (every hop a listed edge) is easier than producing
-one (the first hop needs a search from the goal): docs/methods/testbed.md. Sized for 2 CPU cores; its run time
+one (the first hop needs a search from the goal): docs/tasks/testbed.md. Sized for 2 CPU cores; its run time
 and numbers are in docs/results/testbed.md: its 4 x 128 policy samples ~0% right (it never learns to look an edge
 up), so the RL^V arms use configs/testbed_latin.py, which builds on this preset.
 

@@ -1,5 +1,5 @@
 """VinePPO on the CPU default task: Monte-Carlo values at each reasoning step instead of group advantages
-(METHODS.md §1, docs/methods/vineppo.md). A compact arithmetic solution has one step per line, so a 5-operand
+(docs/methods/vineppo.md#spec). A compact arithmetic solution has one step per line, so a 5-operand
 solution has up to 4 interior boundaries.
 
     python experiments/train.py --config jaxrl_reason/configs/vineppo.py

@@ -1,12 +1,12 @@
-"""The second testbed task (docs/methods/testbed.md): colour a small graph with k colours so that no edge joins two
+"""The second testbed task (docs/tasks/testbed.md): colour a small graph with k colours so that no edge joins two
 nodes of one colour. Checking is local (look up both ends of every edge); producing a colouring needs a search
 (a first-fit choice can paint the graph into a corner).
 
 The graph has a planted k-colouring (every edge joins two different planted colours), so it is always solvable.
 The worked solution is the first valid colouring in node order (backtracking over colours in their listed order),
 one node per line, then the boxed assignment. Each instance also yields, from the same graph, wrong solutions of a
-named error kind, CURE critiques of them (METHODS §3's four fields) and corrections (wrong attempt -> right
-solution) for CIPO.
+named error kind, CURE critiques of them (the four fields of docs/methods/cure.md#spec-critique) and corrections (wrong
+attempt -> right solution) for CIPO.
 
 Text formats (nodes single capital letters, colours single lower-case letters, each written after a space so that
 under the task-trained BPE a node or colour is the same token everywhere):
@@ -202,8 +202,9 @@ GENERIC_HINT = ("Colour the nodes in order, and when a node has no colour left, 
 
 
 def critique_text(question: str, assignment: Sequence[tuple], kind: Optional[str]) -> str:
-    """The four-field critique (METHODS §3): for a conflict the quote is the line of the later end of the first
-    conflicting edge, for an incomplete answer the boxed answer; the hint names the constraint, never a colour."""
+    """The four-field critique (docs/methods/cure.md#spec-critique): for a conflict the quote is the line of the later
+    end of the first conflicting edge, for an incomplete answer the boxed answer; the hint names the constraint, never a
+    colour."""
     if kind is None:
         return ("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: none\n"
                 f"HIGH_LEVEL_HINT: {GENERIC_HINT}")

@@ -5,7 +5,8 @@ The graph is `arms` chains of `arm_len` nodes hanging off the start; the goal is
 a path is local (every hop is a listed edge, it starts at the start and ends at the goal); producing one needs the
 first hop to be right, which a left-to-right reader can only know by searching from the goal backwards (cf. the
 path-star task). Each instance also yields, from the same graph, wrong solutions of a named error kind, CURE
-critiques of them (METHODS §3's four fields) and corrections (wrong attempt -> right solution) for CIPO.
+critiques of them (the four fields of docs/methods/cure.md#spec-critique) and corrections (wrong attempt -> right
+solution) for CIPO.
 
 Text formats (nodes are single capital letters; every edge is written "parent child", pointing away from the
 start, so following the path is a look-up and only the first hop needs the search):
@@ -209,9 +210,9 @@ GENERIC_HINT = "Trace the chain backwards from the goal along listed edges, then
 
 
 def critique_text(question: str, path: Sequence[str], kind: Optional[str]) -> str:
-    """The four-field critique (METHODS §3) of `path`: for a wrong one, the quote is its earliest faulty hop line
-    and the hint names the violated constraint as a strategy (never a node of the answer); for a right one, no
-    error and a general strategy."""
+    """The four-field critique (docs/methods/cure.md#spec-critique) of `path`: for a wrong one, the quote is its
+    earliest faulty hop line and the hint names the violated constraint as a strategy (never a node of the answer); for
+    a right one, no error and a general strategy."""
     if kind is None:
         return ("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: none\n"
                 f"HIGH_LEVEL_HINT: {GENERIC_HINT}")

@@ -1,11 +1,11 @@
-"""The third testbed task (docs/methods/testbed.md): complete a 4x4 Latin square (every row and every column holds
+"""The third testbed task (docs/tasks/testbed.md): complete a 4x4 Latin square (every row and every column holds
 A B C D once) from a grid with blanks. Checking compares cells at fixed offsets (row mates, column mates, the
 givens of the question); filling a blank needs the constraints of its row and column together, and with several
 blanks in a line a search.
 
 Every puzzle has exactly one completion (checked against all 576 squares). Each instance also yields, from the
-same grid, wrong solutions of a named error kind, CURE critiques of them (METHODS §3's four fields) and
-corrections (wrong attempt -> right solution) for CIPO.
+same grid, wrong solutions of a named error kind, CURE critiques of them (the four fields of
+docs/methods/cure.md#spec-critique) and corrections (wrong attempt -> right solution) for CIPO.
 
 Text formats (symbols and the blank mark `x` are letters written after a space, so under the task-trained BPE
 each is one token and a grid is 19 tokens at fixed offsets -- the positional copying a tiny model learns first):
@@ -300,8 +300,8 @@ GENERIC_HINT = "Fill first the blanks whose row or column has a single gap, then
 
 
 def critique_text(question: str, cells: Sequence[str], kind: Optional[str]) -> str:
-    """The four-field critique (METHODS §3): the quote is the faulty row as the answer writes it; the hint names
-    the violated constraint as a strategy, never a symbol of the answer."""
+    """The four-field critique (docs/methods/cure.md#spec-critique): the quote is the faulty row as the answer writes
+    it; the hint names the violated constraint as a strategy, never a symbol of the answer."""
     if kind is None:
         return ("ERROR_FOUND: false\nERROR_QUOTE: none\nWHY_IT_MATTERS: none\n"
                 f"HIGH_LEVEL_HINT: {GENERIC_HINT}")

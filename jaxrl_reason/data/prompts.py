@@ -1,12 +1,13 @@
 """Every prompt template of jaxrl_reason, as plain functions returning the *user message* text.
 
 Rendering through a chat template is the tokenizer's job (`Tokenizer.render_prompt(user_text)`); nothing here
-knows about tokens. The exact phrases that METHODS.md fixes are module constants so that tests, verifiers and
-evaluation scripts refer to one spelling:
+knows about tokens. The exact phrases the method specs (docs/methods/README.md) fix are module constants so that tests,
+verifiers and evaluation scripts refer to one spelling:
 
-  SOLVE_INSTRUCTION   (METHODS §3.1)  "Please reason step by step, and put your final answer within \\boxed{}."
-  VERIFY_QUESTION     (METHODS §2)    "Is this solution correct? Answer Yes or No."
-  CRITIQUE_FIELDS     (METHODS §3.2)  ERROR_FOUND, ERROR_QUOTE, WHY_IT_MATTERS, HIGH_LEVEL_HINT
+  SOLVE_INSTRUCTION  "Please reason step by step, and put your final answer within \\boxed{}."
+                     (docs/methods/cure.md#spec-solve)
+  VERIFY_QUESTION    "Is this solution correct? Answer Yes or No." (docs/methods/rlv.md#spec-training)
+  CRITIQUE_FIELDS    ERROR_FOUND, ERROR_QUOTE, WHY_IT_MATTERS, HIGH_LEVEL_HINT (docs/methods/cure.md#spec-critique)
 """
 from __future__ import annotations
 
@@ -45,20 +46,20 @@ def _fenced(code: str, lang: str = "python") -> str:
 # Solve / verify (GRPO, RL^V)
 # ----------------------------------------------------------------------------------------------------------------
 def solve_prompt(question: str) -> str:
-    """The question, then the boxed-answer instruction (METHODS §3.1)."""
+    """The question, then the boxed-answer instruction (docs/methods/cure.md#spec-solve)."""
     return f"{_text(question, 'question', 'solve_prompt')}\n\n{SOLVE_INSTRUCTION}"
 
 
 def verify_prompt(question: str, solution: str) -> str:
-    """RL^V verification (METHODS §2): problem, solution, then exactly VERIFY_QUESTION. The target is the single
-    token VERIFY_YES or VERIFY_NO as the start of the assistant's reply."""
+    """RL^V verification (docs/methods/rlv.md#spec-training): problem, solution, then exactly VERIFY_QUESTION. The
+    target is the single token VERIFY_YES or VERIFY_NO as the start of the assistant's reply."""
     q = _text(question, "question", "verify_prompt")
     s = _text(solution, "solution", "verify_prompt", model_output=True)
     return f"Problem:\n{q}\n\nSolution:\n{s}\n\n{VERIFY_QUESTION}"
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# CURE: critique and guided re-exploration (METHODS §3)
+# CURE: critique and guided re-exploration (docs/methods/cure.md#spec)
 # ----------------------------------------------------------------------------------------------------------------
 # What the critique prompt asks for in each field; a reply that copies one back is not a critique (parse_critique).
 CRITIQUE_FIELD_DESCRIPTIONS = {
@@ -146,8 +147,8 @@ def critique_prompt(question: str, solution: str, critique_format: str = "fields
 
 
 def critique_verdict_prefix(error_found: bool) -> str:
-    """The teacher-forced first line of a critique (METHODS §3.2): the outcome verifier's verdict, written as the
-    start of the assistant's reply; the model generates the remaining fields after it."""
+    """The teacher-forced first line of a critique (docs/methods/cure.md#spec-critique): the outcome verifier's verdict,
+    written as the start of the assistant's reply; the model generates the remaining fields after it."""
     if not isinstance(error_found, bool):
         raise TypeError(f"critique_verdict_prefix: `error_found` must be a bool, got {type(error_found).__name__}.")
     return f"ERROR_FOUND: {'true' if error_found else 'false'}\n"
@@ -160,9 +161,9 @@ GUIDED_LAYOUTS = ("after", "first")
 
 
 def guided_prompt(question: str, hint: str, layout: str = "after", wording: str = "short") -> str:
-    """Guided re-exploration (METHODS §3.3): the problem and the critique's hint only — the earlier attempt is
-    deliberately not shown, so the new solution is a fresh attempt rather than an edit. `layout` is one of
-    GUIDED_LAYOUTS; `wording` one of PROMPT_WORDINGS ("authors": their four instructions, in our words, before
+    """Guided re-exploration (docs/methods/cure.md#spec-guided-re-exploration): the problem and the critique's
+    hint only — the earlier attempt is deliberately not shown, so the new solution is a fresh attempt rather than
+    an edit. `layout` is one of GUIDED_LAYOUTS; `wording` one of PROMPT_WORDINGS ("authors": their four instructions, in our words, before
     the problem and the hint; with layout "first" the same instructions stand before the plain solve prompt)."""
     q = _text(question, "question", "guided_prompt")
     h = _text(hint, "hint", "guided_prompt", model_output=True)
@@ -216,7 +217,7 @@ _HINT_RE = re.compile(r"HIGH_LEVEL_HINT[ \t]*\**[ \t]*:[ \t]*\**", re.IGNORECASE
 _NONE_VALUES = {"", "none", "n/a", "na", "null", "-", "nothing", "no error"}
 _TRUE_VALUES = {"true", "yes", "1"}
 _FALSE_VALUES = {"false", "no", "0"}
-# CURE's format rules (METHODS §3, as the authors' code checks them).
+# CURE's format rules (docs/methods/cure.md#spec-rewards-and-advantages, as the authors' code checks them).
 MIN_HINT_WORDS = 10
 MIN_QUOTE_CHARS = 5
 
@@ -300,10 +301,10 @@ def parse_critique(text: str, *, min_hint_words: int = MIN_HINT_WORDS,
 
 
 def critique_format_penalty(critique: Critique, *, missing: float = -0.5, short_hint: float = -0.25) -> float:
-    """CURE's format penalty (METHODS §3), the authors' two rules: `missing` when ERROR_QUOTE or WHY_IT_MATTERS
-    is absent or the quote of a claimed error is empty; plus `short_hint` when the hint is absent, empty or too
-    short -- for every critique. The verdict is not judged: in training it is teacher-forced, so it is always
-    present and right. CURE adds the penalty to the critique's reward."""
+    """CURE's format penalty (docs/methods/cure.md#spec-rewards-and-advantages), the authors' two rules: `missing` when
+    ERROR_QUOTE or WHY_IT_MATTERS is absent or the quote of a claimed error is empty; plus `short_hint` when the hint is
+    absent, empty or too short -- for every critique. The verdict is not judged: in training it is teacher-forced, so it
+    is always present and right. CURE adds the penalty to the critique's reward."""
     errs = set(critique.format_errors)
     penalty = 0.0
     if errs & {"missing ERROR_QUOTE", "missing WHY_IT_MATTERS", "empty ERROR_QUOTE", "template ERROR_QUOTE",
@@ -315,7 +316,7 @@ def critique_format_penalty(critique: Critique, *, missing: float = -0.5, short_
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# CIPO: correction (METHODS §4)
+# CIPO: correction (docs/methods/cipo.md#spec-the-two-streams)
 # ----------------------------------------------------------------------------------------------------------------
 def correction_prompt(question: str, attempt: str, correction_format: str = "solution") -> str:
     """The query, an earlier attempt (correct or not — the prompt does not say), and an instruction to review it

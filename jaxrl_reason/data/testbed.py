@@ -2,7 +2,7 @@
 parser and checker, wrong solutions drawn in the policy's measured error mix, and the warm-up rows of the
 auxiliary formats (RL^V verify rows, CURE critiques, CIPO corrections) built from each task's own instances.
 
-A task module describes itself with a `TestbedTask` and forwards to these functions; docs/methods/testbed.md.
+A task module describes itself with a `TestbedTask` and forwards to these functions; docs/tasks/testbed.md.
 """
 from __future__ import annotations
 
@@ -88,9 +88,9 @@ def written_check(task: TestbedTask, question: str, answer: Any, *, knob: str, v
 
 
 def verify_target(task: TestbedTask, question: str, text: str, verify_format: str = "verdict") -> str:
-    """The verify row's target: the verdict alone ("verdict", METHODS §2), or the task's worked check of the
-    answer, a line break and the verdict ("worked_check", each check line copying what it compares; "mark_check",
-    the lines' marks alone: [choices], docs/methods/testbed.md)."""
+    """The verify row's target: the verdict alone ("verdict", docs/methods/rlv.md#spec-training), or the task's worked
+    check of the answer, a line break and the verdict ("worked_check", each check line copying what it compares;
+    "mark_check", the lines' marks alone: [choices], docs/tasks/testbed.md)."""
     verdict = VERIFY_YES if check(task, question, text) else VERIFY_NO
     if verify_format == "verdict":
         return verdict
@@ -114,17 +114,17 @@ def check_then(task: TestbedTask, question: str, answer: Any, target: str, *, kn
 
 def critique_target(task: TestbedTask, question: str, answer: Any, kind: Optional[str],
                     critique_format: str = "fields") -> str:
-    """A critique row's target: the task's four-field critique ("fields", METHODS §3), or its worked check of the
-    answer, a line break and those fields ("worked_check", [choice], docs/methods/cure.md)."""
+    """A critique row's target: the task's four-field critique ("fields", docs/methods/cure.md#spec-critique), or its
+    worked check of the answer, a line break and those fields ("worked_check", [choice], docs/methods/cure.md)."""
     return check_then(task, question, answer, task.critique_text(question, answer, kind), knob="critique_format",
                       value=critique_format, known=CRITIQUE_FORMATS, plain="fields")
 
 
 def correction_target(task: TestbedTask, question: str, attempt: Any, solution: str,
                       correction_format: str = "solution") -> str:
-    """A correction row's target: the solution it should end with ("solution", METHODS §4), or the task's worked
-    check of the earlier attempt (the parsed `attempt`), a line break and that solution ("worked_check",
-    [choice], docs/methods/cipo.md)."""
+    """A correction row's target: the solution it should end with ("solution",
+    docs/methods/cipo.md#spec-the-two-streams), or the task's worked check of the earlier attempt (the parsed
+    `attempt`), a line break and that solution ("worked_check", [choice], docs/methods/cipo.md)."""
     return check_then(task, question, attempt, solution, knob="correction_format", value=correction_format,
                       known=CORRECTION_FORMATS, plain="solution")
 

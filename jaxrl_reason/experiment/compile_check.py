@@ -6,6 +6,12 @@ slice; arrays described by `jax.ShapeDtypeStruct`s laid out on a mesh of those d
 mesh and partition rules) are lowered and `.compile()` runs the TPU compiler. Nothing is allocated: parameters come
 from `nnx.eval_shape` of the config's model (its config.json, or the preset its directory name names).
 
+NVIDIA GPUs the same way: with the CUDA PJRT plugin (`pip install jax-cuda12-plugin==<jax version>`; no GPU, driver
+or CUDA library), "h100:8" gives 8 compile-only H100s from the part's target description
+(`parallel.gpu_targets`) and `.compile()` runs XLA's GPU compiler (`gpu_topology_devices`). That compiler's memory
+analysis is reported as the TPU's is; it gives no cost analysis, so there the roofline is FLOPs-only except for the
+decode (whose bytes are analytic).
+
 The executables of one step (`step_executables`), at the shapes the trainer gives them:
     rollout prefill / decode   Q prompts (left-padded to a power of two), G samples each, rl.max_new_tokens
     method sampling            CURE critiques and guided re-solves, CIPO corrections (their budgets; rows and
@@ -44,8 +50,11 @@ import numpy as np
 
 GiB = 1024 ** 3
 CHIP_FAMILIES = ("v4", "v5e", "v5p", "v6e")
+GPU_FAMILIES = ("h100", "a100")  # `parallel.gpu_targets.GPU_TARGETS`
 _TOPOLOGY = re.compile(r"^(v4|v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$")
-TOPOLOGY_EXAMPLES = "v5e:2x2, v5e:4x4 (v5e-16), v5p:2x2x1 (v5p-8), v6e:2x4 (v6e-8), v4:2x2x1"
+_GPU_TOPOLOGY = re.compile(r"^(h100|a100):(?:(\d+)x)?(\d+)$")  # CHIP:GPUS (one node) or CHIP:NODESxGPUS
+TOPOLOGY_EXAMPLES = ("v5e:2x2, v5e:4x4 (v5e-16), v5p:2x2x1 (v5p-8), v6e:2x4 (v6e-8), v4:2x2x1; "
+                     "h100:8 (one 8-GPU node), h100:2x8 (two), a100:8")
 
 
 class CompileCheckError(ValueError):
@@ -63,12 +72,47 @@ def libtpu_available() -> bool:
     return True
 
 
+def cuda_plugin_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+
+
+def gpu_topology_devices(name: str) -> list:
+    """Compile-only devices of NVIDIA GPUs, "h100:8" (one node of 8) or "h100:2x8" (2 nodes of 8), through the
+    CUDA PJRT plugin and the part's target description (`parallel.gpu_targets`): no GPU, driver or CUDA library.
+    The plugin checks the installed CUDA libraries against a driver when JAX starts, which fails on a machine
+    without one; JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 skips that check, and must be set before JAX starts its
+    backends (`experiments/launch/compile_tpu.py` sets it first thing)."""
+    from jaxrl_reason.parallel.gpu_targets import gpu_target_config
+
+    chip, nodes, gpus = _GPU_TOPOLOGY.match(name).groups()
+    if not cuda_plugin_available():
+        raise CompileCheckError(f"--topology {name!r}: compiling for NVIDIA GPUs needs the CUDA PJRT plugin: "
+                                "pip install jax-cuda12-plugin==<your jax> (no GPU or CUDA libraries needed)")
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    from jax.experimental import topologies
+
+    try:
+        topo = topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(chip),
+                                            topology=f"1x{int(nodes or 1)}x{int(gpus)}")
+    except Exception as e:  # noqa: BLE001 - the plugin raises JaxRuntimeError / NotImplementedError
+        raise CompileCheckError(f"--topology {name!r}: the CUDA plugin refused it ({str(e).splitlines()[0][:300]}). "
+                                "If JAX had started its backends before JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 was set, "
+                                "the plugin failed its driver check: set it in the environment") from e
+    return list(topo.devices)
+
+
 def topology_devices(name: str) -> list:
-    """The devices of a TPU topology like "v5e:4x4". A malformed name fails here, naming the valid forms, before
-    libtpu is asked; libtpu's own refusal (v5e:1x1: the smallest v5e is 2x2) is passed on with the same hint."""
+    """The devices of a TPU topology like "v5e:4x4", or of NVIDIA GPUs like "h100:8" (`gpu_topology_devices`). A
+    malformed name fails here, naming the valid forms, before libtpu is asked; libtpu's own refusal (v5e:1x1: the
+    smallest v5e is 2x2) is passed on with the same hint."""
+    if _GPU_TOPOLOGY.match(name or ""):
+        return gpu_topology_devices(name)
     if not _TOPOLOGY.match(name or ""):
-        raise CompileCheckError(f"--topology {name!r} is not a TPU topology; write CHIP:AxB[xC] with CHIP one of "
-                                f"{', '.join(CHIP_FAMILIES)}, e.g. {TOPOLOGY_EXAMPLES}")
+        raise CompileCheckError(f"--topology {name!r} is not a TPU topology (CHIP:AxB[xC], CHIP one of "
+                                f"{', '.join(CHIP_FAMILIES)}) nor GPUs (CHIP:[NODESx]GPUS, CHIP one of "
+                                f"{', '.join(GPU_FAMILIES)}); e.g. {TOPOLOGY_EXAMPLES}")
     if not libtpu_available():
         raise CompileCheckError('compiling for a TPU topology needs libtpu: pip install "jax[tpu]==<your jax>"')
     # Another process that initialised libtpu (any JAX program without JAX_PLATFORMS=cpu, once libtpu is installed)
@@ -402,7 +446,8 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
         ref_scored = scored_size(TokenBatch(*([None] * 3), mask, *([None] * 4)), shapes.micro_batches, shards) \
             if r.head_at_trained_only else None
         ref_graphdef, ref_params = (base_graphdef(model), base_state(params)) if lora_on else (graphdef, params)
-        scorer = reference_scorer(ref_graphdef, mesh, chunk_size=r.logprob_chunk, temperature=ref_temps)
+        scorer = reference_scorer(ref_graphdef, mesh, chunk_size=r.logprob_chunk, temperature=ref_temps,
+                                  micro_batches=shapes.micro_batches)
         what = "reference scoring" if reference else "pi_old scoring"
         # Beside it live the policy's params and optimizer state (the reference params are its argument); CURE's
         # pi_old recomputation takes the policy's params and leaves the optimizer state beside it.
@@ -460,14 +505,18 @@ def compile_one(exe: Executable, chip, hbm_bytes: float, devices: int) -> dict:
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else {}
     flops_dev = exe.flops / devices
-    bytes_dev = exe.roofline_bytes if exe.roofline_bytes is not None else float(cost.get("bytes accessed", 0.0))
+    # XLA's GPU compiler returns no cost analysis: there an executable without analytic bytes (all but the decode)
+    # has a FLOPs-only roofline, still a lower bound on its time.
+    compiler_bytes = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
+    bytes_dev = exe.roofline_bytes if exe.roofline_bytes is not None else (compiler_bytes or 0.0)
     roof_s = None
     if chip is not None:
         roof_s = max(flops_dev / (chip.tflops * 1e12), bytes_dev / (chip.hbm_gbs * 1e9))
     peak = live + exe.resident_bytes
     row.update(memory=mem, live_bytes=live, peak_bytes=peak, fits=peak <= hbm_bytes,
-               compiler_flops=float(cost.get("flops", 0.0)), compiler_bytes=float(cost.get("bytes accessed", 0.0)),
-               roofline_bytes=bytes_dev, roofline_s=roof_s)
+               compiler_flops=float(cost["flops"]) if "flops" in cost else None, compiler_bytes=compiler_bytes,
+               roofline_bytes=bytes_dev if exe.roofline_bytes is not None or compiler_bytes is not None else None,
+               roofline_s=roof_s)
     return row
 
 
@@ -602,6 +651,9 @@ def render_markdown(res: dict) -> str:
     lines += ["", f"Step: peak {_g(s['peak_bytes'], '.2f', GiB)} GiB of {m['hbm_gib']:g} GiB -> **{verdict}**; "
               f"roofline step time {_g(s['roofline_s'], '.3g')} s; MFU bound {_g(s['mfu_bound'], '.1%')}; "
               f"{s['model_flops'] / 1e12:.4g} model TFLOP a step; compiled in {s['compile_s']:.0f} s.", ""]
+    if any(r.get("peak_bytes") is not None and r.get("roofline_bytes") is None for r in res["executables"]):
+        lines += ["This compiler gave no cost analysis (XLA's GPU compiler does not): the rows without bytes have a "
+                  "FLOPs-only roofline time (still a lower bound), so the MFU bound is loose.", ""]
     if res.get("planner"):
         lines += ["Planner (`parallel.memory.plan`) against the compiler:", "", render_planner(res["planner"])]
     return "\n".join(lines)
@@ -647,3 +699,48 @@ def decode_step_cost(cfg, device, rows: int, prompt_len: int, new_tokens: int, w
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return dict(window=window or slots, compile_s=time.perf_counter() - t0, bytes=float(cost.get("bytes accessed", 0)),
                 flops=float(cost.get("flops", 0)))
+
+
+# ---- the batch and model a launch config plans for (experiments/launch/preflight.py)
+def model_config(cfg):
+    """(the ModelConfig a run's ConfigDict trains, where it comes from): a checkpoint's config.json, the
+    from-scratch model of the config's own fields, or a preset named by the path (experiments/launch/preflight.py)."""
+    from jaxrl_reason.models import presets
+
+    dtype, compute = cfg.model.dtype, cfg.model.compute_dtype or cfg.model.dtype
+    path = cfg.model.hf_path
+    if path and os.path.isfile(os.path.join(path, "config.json")):
+        return presets.load_model_config(path, dtype, compute), path
+    if not path and not cfg.model.get("gguf_path"):  # the from-scratch model of the config's own fields
+        from jaxrl_reason.models.qwen2 import ModelConfig
+
+        m = cfg.model
+        return ModelConfig(vocab_size=cfg.tokenizer.vocab_size, hidden_size=m.hidden_size,
+                           intermediate_size=m.intermediate_size, num_hidden_layers=m.num_hidden_layers,
+                           num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
+                           max_position_embeddings=m.max_position_embeddings,
+                           tie_word_embeddings=m.tie_word_embeddings, param_dtype=dtype, dtype=compute), "from scratch"
+    name = os.path.basename(os.path.normpath(path)).lower() if path else ""
+    if name in presets.PRESETS:
+        return presets.load_model_config(name, dtype, compute), f"preset {name}"
+    raise SystemExit(f"preflight: model.hf_path={path!r} has no config.json here and its name matches no preset "
+                     f"({', '.join(presets.PRESETS)}); pass a config with the weights on disk")
+
+
+def batch_settings(cfg, shards: int):
+    """The memory planner's BatchSettings of a run's ConfigDict on `shards` batch shards: its planned batch
+    (parallel.plan), else its rollouts (twice the rows for RL^V), padded as the trainer pads them."""
+    from jaxrl_reason.parallel.memory import BatchSettings
+
+    r, p = cfg.rl, cfg.parallel
+    rows_multiple = r.micro_batches * shards  # the trainer pads every update to whole micro-batches per shard
+    plan = p.get("plan")
+    if plan is not None:
+        train_rows, sample_rows, context = plan.train_rows, plan.sample_rows, plan.context
+    else:
+        rollouts = r.prompts_per_step * r.samples_per_prompt
+        train_rows = rollouts * (2 if cfg.method.name == "rlv" else 1)
+        sample_rows, context = rollouts, r.max_new_tokens + p.get("prompt_tokens", 256)
+    train_rows = -(-train_rows // rows_multiple) * rows_multiple
+    sample_rows = -(-sample_rows // shards) * shards
+    return BatchSettings(train_rows, context, sample_rows, context, r.micro_batches, r.get("logprob_chunk") or None)

@@ -75,16 +75,18 @@ class DataSection:
     # source=latin_square worked solutions: grid (the boxed grid alone) | deduction (a line per blank as singles
     # settle it, copying its row and column, then the grid; data/latin_square.deduction_text)
     latin_solution: str = "grid"
-    # what a verify row's target is and what the verifier writes before its score: verdict (the one token, METHODS
-    # §2) | worked_check (the task's check lines, each copying what it compares, then the verdict; testbed tasks with a
-    # check, docs/methods/testbed.md) | mark_check (the same lines with their marks alone, no copies)
+    # what a verify row's target is and what the verifier writes before its score: verdict (the one token,
+    # docs/methods/rlv.md#spec-training) | worked_check (the task's check lines, each copying what it compares, then
+    # the verdict; testbed tasks with a check, docs/tasks/testbed.md) | mark_check (the same lines with their marks
+    # alone, no copies)
     verify_format: str = "verdict"
     check_tokens: int = 192  # worked_check / mark_check: the most tokens the verifier writes before its verdict is read
-    # what a CURE critique writes: fields (the four fields, the verdict first, METHODS §3) | worked_check (the task's
-    # check lines first, then the fields; testbed tasks with a check, docs/methods/cure.md)
+    # what a CURE critique writes: fields (the four fields, the verdict first, docs/methods/cure.md#spec-critique) |
+    # worked_check (the task's check lines first, then the fields; testbed tasks with a check, docs/methods/cure.md)
     critique_format: str = "fields"
-    # what a CIPO correction writes: solution (the corrected solution, METHODS §4) | worked_check (the task's check
-    # of the earlier attempt first, then the solution; testbed tasks with a check, docs/methods/cipo.md)
+    # what a CIPO correction writes: solution (the corrected solution, docs/methods/cipo.md#spec-the-two-streams) |
+    # worked_check (the task's check of the earlier attempt first, then the solution; testbed tasks with a check,
+    # docs/methods/cipo.md)
     correction_format: str = "solution"
     # CURE's guided re-solve prompt, in the warm-up's rows, the method's RL and test-time refinement alike: after
     # (the paper's: problem, then guidance) | first (guidance, then the plain solve prompt), docs/methods/cure.md
@@ -93,7 +95,7 @@ class DataSection:
     # (every instruction of the authors' templates, in our words: `data.prompts.PROMPT_WORDINGS`, docs/methods/cure.md)
     prompt_wording: str = "short"
     # testbed warm-up rows' wrong solutions: minimal (one error of a measured kind, 1-2 positions) | spread (off in
-    # as many positions as the policy's own wrong answers; latin_square), docs/methods/testbed.md
+    # as many positions as the policy's own wrong answers; latin_square), docs/tasks/testbed.md
     inject_extent: str = "minimal"
 
 
@@ -145,13 +147,13 @@ class SftSection:
     # data.correction_format worked_check: the check of the attempt, then the worked solution)
     check_rows: str = "verify"
     # Auxiliary formats mixed into the SFT warm-up (sources with AUX_FORMATS, e.g. graph_path), each as a share
-    # of the sft.examples worked solutions: a from-scratch model has never seen these prompts (docs/methods/testbed.md)
+    # of the sft.examples worked solutions: a from-scratch model has never seen these prompts (docs/tasks/testbed.md)
     aux_verify_share: float = 0.0  # RL^V verify rows (problem + right/wrong solution -> "Yes"/"No")
     aux_critique_share: float = 0.0  # CURE four-field critiques of right and wrong solutions
     aux_correct_share: float = 0.0  # CIPO corrections (wrong attempt -> worked solution)
     aux_guided_share: float = 0.0  # CURE guided re-solves (problem + a critique's hint -> worked solution)
     # Then rows built from the warmed-up policy's own attempts (data.testbed.own_attempt_rows): its wrong answers are
-    # unlike injected ones (docs/methods/testbed.md)
+    # unlike injected ones (docs/tasks/testbed.md)
     own_attempt_steps: int = 0  # SFT steps on the own-attempt rows after the warm-up (0 = none)
     # aux: the formats above with a share > 0 | a comma list of critique, correct, guided, e.g. formats the SFT
     # rows left out

@@ -1,9 +1,15 @@
-"""What the performance tools under experiments/bench/ share: their tiny random-weight Qwen2, a median timer, and
-the machine's floor for a workload (its dense matmuls alone, measured with XLA)."""
+"""What the performance tools under experiments/bench/ share: their tiny random-weight Qwen2, a median timer, the
+machine's floor for a workload (its dense matmuls alone, measured with XLA), the accelerator benchmark's shapes and
+synthetic GRPO batch, the host's CPU model, and the headless notebook runner (tests/test_colabs.py runs the
+notebooks with it too)."""
 from __future__ import annotations
 
+import math
+import platform
 import statistics
 import time
+
+import numpy as np
 
 
 def bench_model(vocab: int, seed: int = 0, scan_layers: bool = True, scan_residuals: str = "matmuls"):
@@ -92,3 +98,67 @@ def sampler_floor(cfg, batch, prompt_len, new_tokens, repeats):
     valid_bytes = sum(n_layers * 2 * batch * nkv * (prompt_len + s) * d * 4 for s in range(new_tokens))
     return dict(prefill_mm_s=t_prefill, decode_mm_s=t_decode, kv_read_s=valid_bytes / 1e9 / gb_s, mem_gb_s=gb_s,
                 floor_s=t_prefill + t_decode + valid_bytes / 1e9 / gb_s)
+
+
+# Architectures as in the checkpoints' config.json (Qwen2.5-0.5B / -1.5B: 494,032,768 and 1,543,714,304
+# parameters with tied embeddings); rope/eps do not change the cost and follow the releases.
+QWEN = dict(vocab_size=151936, num_key_value_heads=2, tie_word_embeddings=True, attention_bias=True,
+            rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=32768)
+SHAPES = {
+    "tiny": dict(model=dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True,
+                            attention_bias=True, max_position_embeddings=4096),
+                 decode=dict(prompt_len=16, new_tokens=16),
+                 grpo=dict(prompts=2, samples=4, prompt_len=16, completion_len=16, micro_batches=1)),
+    "0.5b": dict(model=dict(QWEN, hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                            intermediate_size=4864),
+                 decode=dict(prompt_len=256, new_tokens=128),
+                 grpo=dict(prompts=8, samples=8, prompt_len=256, completion_len=512, micro_batches=4)),
+    "1.5b": dict(model=dict(QWEN, hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
+                            intermediate_size=8960),
+                 decode=dict(prompt_len=256, new_tokens=128),
+                 grpo=dict(prompts=8, samples=8, prompt_len=256, completion_len=512, micro_batches=4)),
+}
+
+
+def model_config(shape: str, param_dtype: str, dtype: str):
+    from jaxrl_reason.models.qwen2 import ModelConfig
+
+    if shape not in SHAPES:
+        raise ValueError(f"--shapes: unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    return ModelConfig(**SHAPES[shape]["model"], param_dtype=param_dtype, dtype=dtype)
+
+
+def grpo_batch(cfg, prompts: int, samples: int, prompt_len: int, completion_len: int, micro_batches: int,
+               share: bool, seed: int = 0):
+    """(batch as the Trainer hands it to the update, scored, shared?): random tokens, GRPO-like advantages and
+    old log-probs near a random model's uniform policy (ratios near 1, as on a first epoch)."""
+    from jaxrl_reason.rl.batch import build_token_batch, pad_rows_to, scored_size
+    from jaxrl_reason.rl.prefix import SharedPrefixBatch, share_prefixes
+
+    rng = np.random.default_rng(seed)
+    rows = prompts * samples
+    prompt_ids = [rng.integers(1, cfg.vocab_size, prompt_len).tolist() for _ in range(prompts)]
+    rewards = rng.normal(size=(prompts, samples)).astype(np.float32)
+    adv = ((rewards - rewards.mean(1, keepdims=True)) / (rewards.std(1, keepdims=True) + 1e-6)).reshape(-1)
+    uniform = -math.log(cfg.vocab_size)
+    batch = build_token_batch([prompt_ids[r // samples] for r in range(rows)],
+                              [rng.integers(1, cfg.vocab_size, completion_len).tolist() for _ in range(rows)],
+                              adv, [(uniform + 0.01 * rng.normal(size=completion_len)).tolist() for _ in range(rows)],
+                              "solve", length=prompt_len + completion_len)
+    batch = pad_rows_to(batch, micro_batches)
+    if share:
+        batch = share_prefixes(batch, micro_batches) or batch
+    shared = isinstance(batch, SharedPrefixBatch)
+    scored = scored_size(batch.rows if shared else batch, micro_batches)
+    return batch, scored, shared
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

@@ -447,7 +447,7 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
         if rc.sft.steps <= 0:
             return model, {}
         report = {"sft_seconds": run_sft(rc, model, tokenizer, task, workdir, mesh)}
-        if stages:  # the SFT alone, for a baseline that shares it without the stages after (bench_rlv's plain GRPO)
+        if stages:  # the SFT alone, for a baseline that shares it without the stages after (a plain GRPO arm)
             save_hf(model, sft_only)
     if rc.sft.own_attempt_steps > 0:
         report["own_attempts"] = run_own_attempt_warmup(rc, model, tokenizer, task, workdir, mesh)

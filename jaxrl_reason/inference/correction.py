@@ -1,6 +1,6 @@
-"""Test-time correction (METHODS.md §4, last line), what a CIPO policy is trained for: give the model an attempt --
-its own, or a buggy program (DebugBench style, `data.code_datasets.make_correction_problems`) -- and ask for a
-corrected complete solution with the training template, `replay_correction_prompt`; R rounds, each correcting the
+"""Test-time correction (docs/methods/cipo.md#spec-test-time), what a CIPO policy is trained for: give the model an
+attempt -- its own, or a buggy program (DebugBench style, `data.code_datasets.make_correction_problems`) -- and ask for
+a corrected complete solution with the training template, `replay_correction_prompt`; R rounds, each correcting the
 previous round's output:
 
     round 0:  the given attempts y_0 (their correctness from the same verifier)

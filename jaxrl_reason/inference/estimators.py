@@ -1,4 +1,5 @@
-"""Unbiased test-time estimators from one pool of `N` samples per question (METHODS §8).
+"""Unbiased test-time estimators from one pool of `N` samples per question
+(docs/methods/rlv.md#spec-test-time-estimators).
 
 Every estimator answers "what would strategy X score with k samples?" from the same `N >= k` samples, so one
 generation pass gives a whole accuracy-vs-k curve:

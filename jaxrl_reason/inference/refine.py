@@ -1,4 +1,4 @@
-"""Test-time iterative self-refinement (METHODS.md §3, last paragraph), the loop a CURE policy is trained for.
+"""Test-time iterative self-refinement (docs/methods/cure.md#spec-test-time), the loop a CURE policy is trained for.
 
     round 0:  solve x                                       -> y_0
     round t:  critique y_{t-1} (verdict generated, not forced)

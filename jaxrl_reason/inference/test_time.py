@@ -1,4 +1,5 @@
-"""Test-time strategies (METHODS §2): pick one answer from N samples of a question, spend more tokens wisely.
+"""Test-time strategies (docs/methods/rlv.md#spec-test-time): pick one answer from N samples of a question, spend more
+tokens wisely.
 
 Parallel strategies, over the N samples of ONE question (answers grouped by *math equivalence*, so "0.5" and
 "\\frac{1}{2}" vote together):
@@ -181,8 +182,9 @@ class LengthSelection(NamedTuple):
 
 def select_length_by_confidence(runs: Sequence[BudgetRun], tau: float, *, gold: Optional[str] = None,
                                 grader=None) -> LengthSelection:
-    """Confidence-based length selection (RL^V §5.3, METHODS §2): try budgets in increasing order and stop at the
-    first whose weighted-vote winner holds >= `tau` of the total verifier score; if none does, use the largest.
+    """Confidence-based length selection (RL^V §5.3, docs/methods/rlv.md#spec-test-time): try budgets in increasing
+    order and stop at the first whose weighted-vote winner holds >= `tau` of the total verifier score; if none does, use
+    the largest.
 
     Budgets are tried sequentially, so the cost is the tokens of every budget tried [choice].
     """
@@ -243,7 +245,8 @@ def budget_forcing(model, tokenizer, prompts: Sequence, key: jax.Array, *, budge
                    marker: str = CONCLUSION_MARKER, num_samples: int = 1, temperature: float = 1.0,
                    top_p: float = 1.0, top_k: int = 0, stop_token_ids: Optional[Sequence[int]] = None,
                    state=None) -> ForcedOutput:
-    """Budget forcing (RL^V appendix B, METHODS §2) with total budget k = `budget` and buffer b = `buffer`.
+    """Budget forcing (RL^V appendix B, docs/methods/rlv.md#spec-test-time) with total budget k = `budget` and buffer
+    b = `buffer`.
 
     1. sample up to k - b tokens G0;
     2. a row that stopped by itself (stop token) is final as is [choice: only rows cut by the length limit are

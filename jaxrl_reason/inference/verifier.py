@@ -1,4 +1,5 @@
-"""The RL^V generative verifier (METHODS §2): a solution's score is the model's probability of answering "Yes".
+"""The RL^V generative verifier (docs/methods/rlv.md#spec-test-time): a solution's score is the model's probability of
+answering "Yes".
 
     s(x, y) = pi("Yes" | render(verify_prompt(x, y)))
 
@@ -6,7 +7,7 @@ read off the logits of the last prompt position by one batched prefill — no ge
 verification row lives here once (`verify_prompts` / `verify_rows`) and is shared by test-time scoring and the
 trainer's verify loss, so the token the loss teaches is exactly the token `score` reads.
 
-[choice, `check_tokens` > 0; docs/methods/testbed.md] A worked check: the verifier first writes, greedily, the
+[choice, `check_tokens` > 0; docs/tasks/testbed.md] A worked check: the verifier first writes, greedily, the
 check its verify rows taught (data.verify_format="worked_check" / "mark_check": one line per constraint group),
 and the score is P("Yes") read where it would write the verdict. For a from-scratch model a verdict over a whole
 solution in one forward pass is the hard part; written out line by line each decision is local.
@@ -152,8 +153,9 @@ def scores_from_logprobs(logprobs: np.ndarray, *, normalize: bool = False) -> np
 def score(model: Qwen2, tokenizer, questions: Sequence[str], solutions: Sequence[str], *, normalize: bool = False,
           batch_size: int = 32, state=None, max_length: Optional[int] = None,
           progress: Optional[Callable[[int, int], None]] = None, check_tokens: int = 0) -> np.ndarray:
-    """Verifier scores float32 [N] of solution i to question i: P("Yes" | verify prompt) (METHODS §2), or with
-    `normalize=True` P(Yes) / (P(Yes) + P(No)) [choice], which ignores mass on other tokens.
+    """Verifier scores float32 [N] of solution i to question i: P("Yes" | verify prompt)
+    (docs/methods/rlv.md#spec-test-time), or with `normalize=True` P(Yes) / (P(Yes) + P(No)) [choice], which ignores
+    mass on other tokens.
 
     One jitted prefill per batch of `batch_size` rows; `state` overrides the model's parameters (e.g. the
     trainer's latest). For an LLM-as-a-judge baseline pass a model that was not trained to verify. `check_tokens`

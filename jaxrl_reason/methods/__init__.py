@@ -34,7 +34,8 @@ METHODS = {"grpo": GRPO, "rlv": RLV, "cure": CURE, "cipo": CIPO, "cipo_v": CIPOV
 class MethodConfig:
     """The `method` section of a run config."""
 
-    name: str = "grpo"  # grpo | rlv | cure | cipo | cipo_v | vineppo | vineppo_v | ppo | ppo_v | self_check (METHODS)
+    # grpo | rlv | cure | cipo | cipo_v | vineppo | vineppo_v | ppo | ppo_v | self_check (docs/methods/README.md)
+    name: str = "grpo"
     estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | grpo_batch_std (rl.advantages.ESTIMATORS)
     estimator_kwargs: Mapping = dataclasses.field(default_factory=dict)  # the estimator's keywords, e.g. {"ddof": 0}
     extra: Mapping = dataclasses.field(default_factory=dict)  # the method's own knobs (method_knobs(name))

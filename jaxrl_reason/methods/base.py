@@ -99,7 +99,8 @@ class RowFormats(NamedTuple):
     # (data.verify_format="worked_check" / "mark_check"); None: the one-token verdict
     verify_target: Optional[Callable[[str, str], str]] = None
     # (question, completion) -> the worked check a critique opens with, before its verdict (data.critique_format=
-    # "worked_check"; CURE forces it with the verdict); None: the critique opens with its verdict (METHODS §3)
+    # "worked_check"; CURE forces it with the verdict); None: the critique opens with its verdict
+    # (docs/methods/cure.md#spec-critique)
     critique_check: Optional[Callable[[str, str], str]] = None
     # what a correction prompt asks for (data.correction_format): "solution" | "worked_check" (the check first)
     correction_format: str = "solution"

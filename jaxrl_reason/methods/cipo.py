@@ -1,4 +1,4 @@
-"""CIPO (METHODS.md §4): correction-oriented policy optimisation from the policy's own attempts.
+"""CIPO (docs/methods/cipo.md#spec): correction-oriented policy optimisation from the policy's own attempts.
 
 Per step, two streams in the one fused update:
   solve    the base GRPO stream: the step's G rollouts per query (rows of task `solve`, term "pg");
@@ -12,7 +12,7 @@ Which attempts are replayed:
   - rho_t adapts to retention, the accuracy of corrections of successful sources (`RatioState`, `update_ratio`):
     up by `rho_step` when the windowed retention is below `tau_low` or fell by more than `delta` against the
     previous window's, down by `rho_step` when it is above `tau_high` or rose by more than `delta` (the default
-    `drop_test="window"`; `"step"`, METHODS §4 as written, compares one step's retention with the window's mean
+    `drop_test="window"`; `"step"`, the spec's rule as written, compares one step's retention with the window's mean
     and ratchets rho up under noise), clipped to [rho_min, rho_max]. Its state is the method's state_dict, saved
     with every checkpoint;
   - failed sources are taken in the difficulty-aware order of `rank_failed_sources`: mixed queries
@@ -123,13 +123,13 @@ def update_ratio(state: RatioState, hits: int, count: int, *, rho_min: float, rh
     retention dropped by more than `delta`; rho -= rho_step if R > tau_high; clipped to [rho_min, rho_max]. A step
     with no successful source leaves rho and the window as they are.
 
-    drop_test: what "dropped" compares. "step" (METHODS §4 as written): this step's retention against the mean of
-    the window's earlier steps' -- a step measures ~16 corrections, so under noise alone it falls `delta` below
-    the mean every few steps and, with `tau_high` out of reach, rho only climbs (docs/results/cipo_testbed.md).
-    "window": R against the pooled retention of the `window` steps before the window, once there are that many
-    (the state then keeps 2 x `window` steps), both ways: a drop of more than `delta` moves rho up, a rise of more
-    than `delta` moves it down, so noise moves rho both ways instead of ratcheting it up. (`delta` >= 1 turns the
-    drop test off in either mode: rho then follows the tau_low / tau_high band alone.)"""
+    drop_test: what "dropped" compares. "step" (docs/methods/cipo.md#spec-adaptive-replay-ratio as written): this step's
+    retention against the mean of the window's earlier steps' -- a step measures ~16 corrections, so under noise alone
+    it falls `delta` below the mean every few steps and, with `tau_high` out of reach, rho only climbs
+    (docs/results/cipo_testbed.md). "window": R against the pooled retention of the `window` steps before the window,
+    once there are that many (the state then keeps 2 x `window` steps), both ways: a drop of more than `delta` moves rho
+    up, a rise of more than `delta` moves it down, so noise moves rho both ways instead of ratcheting it up. (`delta` >=
+    1 turns the drop test off in either mode: rho then follows the tau_low / tau_high band alone.)"""
     if drop_test not in DROP_TESTS:
         raise ValueError(f"cipo drop_test={drop_test!r} is unknown; use {' | '.join(DROP_TESTS)}")
     if count <= 0:
@@ -172,14 +172,14 @@ class CIPO(GRPO):
                  difficulty_floor: float = 0.05, answer_instruction: str = SOLVE_INSTRUCTION,
                  correct_weight: float = 1.0, correction_max_new_tokens: int = 0,
                  correction_estimator: str = "grpo_batch_std", **kwargs):
-        """Knobs (METHODS.md §4 names; docs/methods/cipo.md says which are ours):
+        """Knobs (docs/methods/cipo.md#spec names; docs/methods/cipo.md says which are ours):
 
         correction_samples:   G', rollouts per replay prompt (one group each)
         replay_prompts:       replay prompts per step (0 = Q, one per query of the step)
         rho_init / rho_min / rho_max / rho_step: the replay ratio's start, bounds and step
         tau_low / tau_high / delta / window: the ratio rule (`update_ratio`); window in steps
         drop_test:            window | step: what a retention drop of `delta` compares (`update_ratio`). Not
-                              `step` (METHODS §4 as written): one step's ~16 corrections fall `delta` below the
+                              `step` (docs/methods/cipo.md#spec-adaptive-replay-ratio as written): one step's ~16 corrections fall `delta` below the
                               window mean on noise alone every few steps and nothing as frequent moves rho down,
                               so rho ratchets to rho_max (0.5 -> 0.9 in 38 steps, docs/results/cipo_testbed.md);
                               `window` tests both ways on pooled windows: no drift under noise

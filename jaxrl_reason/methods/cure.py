@@ -1,4 +1,4 @@
-"""CURE (METHODS.md §3): solve, critique with a teacher-forced verdict, guided re-exploration, replay.
+"""CURE (docs/methods/cure.md#spec): solve, critique with a teacher-forced verdict, guided re-exploration, replay.
 
 One training iteration, from the step's solve rollouts (Q queries x K samples, accuracy acc(x)); the rules follow
 the authors' code (a verl fork); docs/methods/cure.md lists our choices and every departure, with its knob:
@@ -285,7 +285,7 @@ class CURE(GRPO):
                  min_hint_words: int = 10, task_pooling: str = "per_task", critique_weight: float = 1.0,
                  guided_weight: float = 1.0, rescore_rows: int = 16, rescore_chunk: int = 0,
                  **estimator_kwargs):
-        """Knobs (METHODS.md §3 names; defaults are the paper run's and the authors' code's):
+        """Knobs (docs/methods/cure.md#spec names; defaults are the paper run's and the authors' code's):
 
         guided_samples:            M, guided solutions per critique of a wrong sample
         critique_batch_size:       critiques per step, half of wrong samples, half of correct ones (0 = half the
@@ -506,9 +506,9 @@ class CURE(GRPO):
                                   temperature=ctx.temperature)
         verdict_lps, replay_lps = lps[:len(rows)], lps[len(rows):]
 
-        # Truncated importance weights on every sampled token (METHODS §1): the plain solve samples, the critiques'
-        # generated rest and the guided solutions. Forced verdicts and replayed samples were not sampled from
-        # their rows' prompts, so they keep weight 1.
+        # Truncated importance weights on every sampled token (docs/methods/grpo.md#spec-temperature): the plain solve
+        # samples, the critiques' generated rest and the guided solutions. Forced verdicts and replayed samples were not
+        # sampled from their rows' prompts, so they keep weight 1.
         sampled_old = list(ro.logprobs) + (list(crit.logprobs) if crit else []) + list(g_lps)
         sampled_q = (list(ro.sampling_logprobs) if ro.sampling_logprobs is not None else None)
         if sampled_q is None:

@@ -1,5 +1,5 @@
-"""PPO with a learned value (METHODS.md §1): a value head on the policy's final hidden state or a separate critic
-model (`critic="separate"`, `models.qwen2.attach_critic`), GAE, whitening, and the clipped value loss as one more
+"""PPO with a learned value (docs/methods/ppo.md#spec): a value head on the policy's final hidden state or a separate
+critic model (`critic="separate"`, `models.qwen2.attach_critic`), GAE, whitening, and the clipped value loss as one more
 term of the fused update.
 
 Per step: the current params score V(s_t) for every completion token (the state that emits token t: the hidden

@@ -3,8 +3,8 @@
     J = J_RL + lambda * J_verify,   J_verify = mean log pi("Yes" | verify_prompt(x, y)) if r = 1 else "No"
 
 The verify rows are built from the same rollouts (no extra generation), class-balanced by subsampling the
-majority class (METHODS.md §2 [choice]; `balance="none"` keeps every row), and trained by the SFT term in the
-same jitted update as the RL term. Any advantage estimator works: GRPO^V, RLOO^V, Dr.GRPO^V are this class
+majority class (docs/methods/rlv.md#spec-training [choice]; `balance="none"` keeps every row), and trained by the SFT
+term in the same jitted update as the RL term. Any advantage estimator works: GRPO^V, RLOO^V, Dr.GRPO^V are this class
 with another `estimator`.
 
 Before training on them, the current policy scores the batch's verify prompts (one prefill, last position

@@ -1,4 +1,4 @@
-"""The union (METHODS.md §5, docs/methods/union.md): one policy that solves, verifies (RL^V), critiques with a
+"""The union (docs/methods/composition.md#spec-the-union, docs/methods/union.md): one policy that solves, verifies (RL^V), critiques with a
 hint-guided re-solve and replay (CURE) and corrects its own attempts (CIPO), trained in one fused update.
 
 It is a registration, not a trainer: each part's class adds its rows after its `super().build` and its terms after

@@ -1,4 +1,4 @@
-"""VinePPO (METHODS.md §1): Monte-Carlo values at reasoning-step boundaries instead of a learned critic.
+"""VinePPO (docs/methods/vineppo.md#spec): Monte-Carlo values at reasoning-step boundaries instead of a learned critic.
 
 Each sampled solution is split into steps (`step_boundaries`); from every boundary `K` continuations are sampled
 with the current policy in one batched sampler call (each boundary's prefix is prefilled once and shared by its K

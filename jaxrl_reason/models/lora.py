@@ -10,7 +10,8 @@ A is drawn like PEFT's default (uniform, bound 1/sqrt(in)). Adapters are float32
 as PEFT keeps them.
 
 - Training: `TRAINABLE` picks the adapters (and a PPO value head or critic, which have no frozen base); the update
-  differentiates and keeps optimizer state for those only (`train.update.make_update(trainable=...)`).
+  differentiates and keeps optimizer state for those only (`train.update.make_update(trainable=...)`). With
+  `dropout` > 0 the update's forward drops the adapters' input features (its `key`); nothing else does.
 - Reference: the base with the adapters off is `nnx.merge(base_graphdef(model), base_state(params))`, the same
   arrays as the policy's own frozen weights, so a KL run holds no second copy of the model.
 - Sampling: the decode loop merges W + scale * A @ B once per call (`qwen2.decode_layers`); prefill and training
@@ -47,12 +48,17 @@ class LoraConfig:
     alpha: float = 16.0  # the adapter's output is scaled by alpha / rank (PEFT's lora_alpha)
     # comma-separated projections that get an adapter: any of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
     targets: str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    # probability of dropping each input feature of an adapter in the update's forward (PEFT's lora_dropout);
+    # the sampler, pi_old and the reference are scored without it
+    dropout: float = 0.0
 
     def __post_init__(self):
         if int(self.rank) < 0:
             raise ValueError(f"lora.rank must be >= 0 (0 = no adapters), got {self.rank}")
         if self.rank and self.alpha <= 0:
             raise ValueError(f"lora.alpha must be > 0, got {self.alpha}")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ValueError(f"lora.dropout is a probability in [0, 1), got {self.dropout}")
         names = self.target_names
         bad = [t for t in names if t not in TARGETS]
         if bad or (self.rank and not names):
@@ -105,6 +111,7 @@ def attach_lora(model: Qwen2, cfg: LoraConfig, seed: int = 0) -> Qwen2:
         lin = _target_linear(model, name)
         lin.lora = nnx.data(stacked_lora(*lin.kernel.shape[-2:], lin.dtype))
         lin.lora_scale = cfg.scale
+        lin.lora_dropout = float(cfg.dropout)
     return model
 
 
@@ -115,7 +122,7 @@ def lora_config_of(model: Qwen2) -> Optional[LoraConfig]:
         return None
     first = next(iter(lins.values()))
     rank = first.lora.lora_a.shape[-1]
-    return LoraConfig(rank=rank, alpha=first.lora_scale * rank, targets=",".join(lins))
+    return LoraConfig(rank=rank, alpha=first.lora_scale * rank, targets=",".join(lins), dropout=first.lora_dropout)
 
 
 def base_graphdef(model: Qwen2):
@@ -165,11 +172,11 @@ def peft_tensors(model: Qwen2) -> dict:
 
 
 def peft_config(model: Qwen2, base_model_name_or_path: str = "") -> dict:
-    """adapter_config.json of `model`'s adapters (PEFT's LoraConfig fields; dropout 0, no bias adapters)."""
+    """adapter_config.json of `model`'s adapters (PEFT's LoraConfig fields; no bias adapters)."""
     cfg = lora_config_of(model)
     if cfg is None:
         raise ValueError("this model has no LoRA adapters (models.lora.attach_lora)")
     return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model_name_or_path,
             "r": cfg.rank, "lora_alpha": cfg.alpha, "target_modules": sorted(cfg.target_names),
-            "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False, "use_rslora": False,
+            "lora_dropout": cfg.dropout, "bias": "none", "fan_in_fan_out": False, "use_rslora": False,
             "inference_mode": True, "modules_to_save": None}

@@ -26,6 +26,7 @@ import chex
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -202,6 +203,14 @@ def rms_norm(x, weight, eps: float, dtype):
     return weight.astype(dtype) * xf.astype(dtype)
 
 
+LORA_DROPOUT_MASK = "lora_dropout_mask"  # the name the adapters' dropout masks are saved under for the backward
+
+
+def _split_key(key, n: int) -> tuple:
+    """n keys from `key` (n Nones without one: the forward without dropout)."""
+    return (None,) * n if key is None else tuple(jax.random.split(key, n))
+
+
 def dense(x: jax.Array, w: jax.Array, **dot_kw) -> jax.Array:
     """x [..., d_in] @ w [d_in, d_out] as one 2-D matmul over the flattened leading axes.
 
@@ -226,20 +235,33 @@ class Linear(nnx.Module):
         self.dtype = dtype
         self.lora = None
         self.lora_scale = 0.0
+        self.lora_dropout = 0.0  # probability of zeroing an input feature of the adapter (training forward only)
 
-    def adapter(self, x):
+    def adapter(self, x, dropout_key=None):
         """lora_scale * x @ A @ B in the compute dtype (None without an adapter), from the `nnx.LoRA`'s A and B.
 
         x @ A is a plain 2-D matmul, as in `dense`; (x @ A) @ B carries a unit batch dimension, which the scanned
         layers' "matmuls" residual policy (it saves the outputs of dots without batch dims) does not save: the
         rank-sized x @ A is kept and the out-sized product recomputed from it in the backward pass. Saved, it
-        doubled every adapted projection's residuals (the CPU default's update: 127 -> 202 MB of temporaries)."""
+        doubled every adapted projection's residuals (the CPU default's update: 127 -> 202 MB of temporaries).
+
+        dropout_key: given and `lora_dropout` > 0, the adapter's input features are dropped (inverted dropout, as
+        PEFT's `lora_dropout` on x before A); the frozen path x @ W never is. None: no dropout."""
         if self.lora is None:
             return None
         lead = x.shape[:-1]
         a = self.lora.lora_a[...].astype(self.dtype)
         b = (self.lora_scale * self.lora.lora_b[...]).astype(self.dtype)
-        h = dense(x.astype(self.dtype), a)
+        x = x.astype(self.dtype)
+        if dropout_key is not None and self.lora_dropout > 0:
+            # 16-bit draws: half the threefry work of `bernoulli`'s 32-bit uniforms (the masks' RNG, not the
+            # adapter's matmuls, is what dropout costs on a CPU). The drop probability is p rounded to 1/65536,
+            # and the kept features are scaled by the inverse of that exact keep rate (unbiased).
+            cut = round(self.lora_dropout * 65536)
+            # kept for the backward pass (`_scan_layers`' residual policy) rather than drawn again there
+            keep = checkpoint_name(jax.random.bits(dropout_key, x.shape, jnp.uint16) >= cut, LORA_DROPOUT_MASK)
+            x = jnp.where(keep, x * jnp.asarray(65536 / (65536 - cut), x.dtype), jnp.zeros((), x.dtype))
+        h = dense(x, a)
         y = jax.lax.dot_general(h.reshape(1, -1, h.shape[-1]), b[None], (((2,), (1,)), ((0,), (0,))))
         return y.reshape(*lead, b.shape[-1])
 
@@ -253,12 +275,12 @@ class Linear(nnx.Module):
         delta = jnp.einsum("...ir,...ro->...io", a.astype(jnp.float32), b.astype(jnp.float32))
         return (w.astype(jnp.float32) + self.lora_scale * delta).astype(w.dtype)
 
-    def __call__(self, x):
+    def __call__(self, x, dropout_key=None):
         y = dense(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         if self.lora is not None:
-            y = y + self.adapter(x)
+            y = y + self.adapter(x, dropout_key)
         return y
 
 
@@ -366,12 +388,13 @@ class Attention(nnx.Module):
         self.dtype = dt
 
     def __call__(self, x, rope: Rope, mask, kv: Optional[tuple] = None, index=None,
-                 prefix: Optional[SharedPrefix] = None):
+                 prefix: Optional[SharedPrefix] = None, dropout_key=None):
         """x [B,T,H]; rope: tables for x's positions; mask [B,T,S] bool. With `kv=(k_cache [B,KVH,D,S],
         v_cache [B,KVH,S,D])` the new keys and values are written at slots index..index+T-1 and attention runs over
         all S slots; returns (out, (k, v)). With `prefix`, x is one flat stream [1, N, H] laid out as
-        `SharedPrefix` says (`mask` is unused)."""
+        `SharedPrefix` says (`mask` is unused). dropout_key: the LoRA adapters' dropout (`Linear.adapter`)."""
         b, t, _ = x.shape
+        keys = _split_key(dropout_key, 4)
         nkv, d = self.num_kv_heads, self.head_dim
         # One [H, (heads + 2 kv) * D] matmul instead of three: fewer, larger GEMMs forward and backward.
         projs = (self.q_proj, self.k_proj, self.v_proj)
@@ -380,22 +403,23 @@ class Attention(nnx.Module):
             qkv = qkv + jnp.concatenate([p.bias[...].astype(self.dtype) for p in projs])
         if any(p.lora is not None for p in projs):  # LoRA: the adapters' outputs, in the fused layout
             x2 = x.astype(self.dtype)
-            qkv = qkv + jnp.concatenate([p.adapter(x2) if p.lora is not None else
-                                         jnp.zeros((*x.shape[:-1], p.kernel.shape[-1]), self.dtype) for p in projs],
-                                        axis=-1)
+            qkv = qkv + jnp.concatenate([p.adapter(x2, k) if p.lora is not None else
+                                         jnp.zeros((*x.shape[:-1], p.kernel.shape[-1]), self.dtype)
+                                         for p, k in zip(projs, keys)], axis=-1)
         q, k, v = jnp.split(qkv, [self.num_heads * d, (self.num_heads + nkv) * d], axis=-1)
         q, k, v = q.reshape(b, t, self.num_heads, d), k.reshape(b, t, nkv, d), v.reshape(b, t, nkv, d)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         if prefix is not None:
-            return self.o_proj(self._attend_shared_prefix(q, k, v, prefix)), None
+            return self.o_proj(self._attend_shared_prefix(q, k, v, prefix), keys[3]), None
         q, k, v = self._to_heads(q, k, v)
         if kv is not None:
             k_cache, v_cache = kv
             k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, index))
             v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, 0, index, 0))
-        return self.o_proj(self._from_heads(attend(q, k, v, mask, self.dtype))), ((k, v) if kv is not None else None)
+        out = self.o_proj(self._from_heads(attend(q, k, v, mask, self.dtype)), keys[3])
+        return out, ((k, v) if kv is not None else None)
 
     def _to_heads(self, q, k, v):
         """[B,T,heads,D] projections -> the layouts `attend` takes: q [B,KVH,G*T,D], k [B,KVH,D,T], v [B,KVH,T,D].
@@ -438,8 +462,9 @@ class MLP(nnx.Module):
         self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, **kw)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, **kw)
 
-    def __call__(self, x):
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+    def __call__(self, x, dropout_key=None):
+        kg, ku, kd = _split_key(dropout_key, 3)
+        return self.down_proj(jax.nn.silu(self.gate_proj(x, kg)) * self.up_proj(x, ku), kd)
 
 
 class DecoderLayer(nnx.Module):
@@ -450,10 +475,12 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, dtype=dt)
         self.mlp = MLP(cfg, rngs)
 
-    def __call__(self, x, rope: Rope, mask, kv=None, index=None, prefix: Optional[SharedPrefix] = None):
-        h, kv = self.self_attn(self.input_layernorm(x), rope, mask, kv, index, prefix)
+    def __call__(self, x, rope: Rope, mask, kv=None, index=None, prefix: Optional[SharedPrefix] = None,
+                 dropout_key=None):
+        k_attn, k_mlp = _split_key(dropout_key, 2)
+        h, kv = self.self_attn(self.input_layernorm(x), rope, mask, kv, index, prefix, k_attn)
         x = split_rows(x + h)
-        x = split_rows(x + self.mlp(self.post_attention_layernorm(x)))
+        x = split_rows(x + self.mlp(self.post_attention_layernorm(x), k_mlp))
         return x, kv
 
 
@@ -498,8 +525,9 @@ class Qwen2(nnx.Module):
         self.critic = None
 
     def hidden_states(self, tokens, positions, segment_ids=None, cache: Optional[KVCache] = None,
-                      layer_params: Optional[list] = None):
-        """Final-norm hidden states [B,T,H] (and the updated cache). See the module docstring for the modes."""
+                      layer_params: Optional[list] = None, dropout_key=None):
+        """Final-norm hidden states [B,T,H] (and the updated cache). See the module docstring for the modes.
+        dropout_key: a training forward's key for the LoRA adapters' dropout (`Linear.adapter`); None: none."""
         cfg = self.config
         chex.assert_rank([tokens, positions], 2)
         b, t = tokens.shape
@@ -520,45 +548,52 @@ class Qwen2(nnx.Module):
         rope = rope_tables(positions, rope_inv_freq(cfg))
         graphdef = nnx.graphdef(self.layers)
 
-        def run_layer(x, params, kv):
+        def run_layer(x, params, kv, key):
             layer = nnx.merge(graphdef, params)
-            return layer(x, rope, mask, kv, None if cache is None else cache.index)
+            return layer(x, rope, mask, kv, None if cache is None else cache.index, dropout_key=key)
 
         if cache is None and cfg.scan_layers:
-            return self._scan_layers(x, lambda layer, x: layer(x, rope, mask)[0]), None
+            apply = lambda layer, x, k: layer(x, rope, mask, dropout_key=k)[0]  # noqa: E731
+            return self._scan_layers(x, apply, dropout_key), None
         # Unrolled: always with a cache (see KVCache), or when asked for. `layer_params` lets a decode loop
         # slice the stacked weights once, outside the loop, instead of once per step.
         if layer_params is None:
             layer_params = self.unstack_layers()
         ks, vs = [], []
+        layer_keys = _split_key(dropout_key, cfg.num_hidden_layers)
         for i in range(cfg.num_hidden_layers):
-            x, kv = run_layer(x, layer_params[i], None if cache is None else (cache.k[i], cache.v[i]))
+            x, kv = run_layer(x, layer_params[i], None if cache is None else (cache.k[i], cache.v[i]), layer_keys[i])
             if kv is not None:
                 ks.append(kv[0]), vs.append(kv[1])
         new_cache = None if cache is None else KVCache(tuple(ks), tuple(vs), valid, cache.index + t)
         return self.norm(x), new_cache
 
-    def _scan_layers(self, x, apply):
-        """x through the stacked layers under `lax.scan`; apply(layer, x) -> x runs one layer."""
+    def _scan_layers(self, x, apply, dropout_key=None):
+        """x through the stacked layers under `lax.scan`; apply(layer, x, key) -> x runs one layer, key the
+        layer's dropout key (one per layer from `dropout_key`; None without)."""
         cfg = self.config
         graphdef, layer_state = nnx.split(self.layers)
-        body = lambda x, p: (apply(nnx.merge(graphdef, p), x), None)  # noqa: E731
+        keys = None if dropout_key is None else jax.random.split(dropout_key, cfg.num_hidden_layers)
+        body = lambda x, pk: (apply(nnx.merge(graphdef, pk[0]), x, pk[1]), None)  # noqa: E731
         if cfg.remat:
             body = jax.checkpoint(body)
         elif cfg.scan_residuals == "matmuls":
-            body = jax.checkpoint(body, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
-        x, _ = jax.lax.scan(body, x, layer_state)
+            policies = jax.checkpoint_policies
+            body = jax.checkpoint(body, policy=policies.save_from_both_policies(
+                policies.dots_with_no_batch_dims_saveable, policies.save_only_these_names(LORA_DROPOUT_MASK)))
+        x, _ = jax.lax.scan(body, x, (layer_state, keys))
         return self.norm(x)
 
     def shared_prefix_hidden_states(self, prefix_tokens, prefix_positions, prefix_valid, index,
-                                    suffix_tokens, suffix_positions, suffix_valid):
+                                    suffix_tokens, suffix_positions, suffix_valid, dropout_key=None):
         """Final-norm hidden states of rows that continue shared prompts, each prompt computed once.
 
         prefix_*: [P, Lp] right-padded prompts (valid: bool, True on real tokens); suffix_*: [R, Ls] the rows'
         continuations (valid False on padding), row r continuing prefix `index[r]` (int32 [R]). Positions are
         absolute (a suffix starts where its prefix ends). Returns (h_prefix [P, Lp, H], h_suffix [R, Ls, H]): the
         same hidden states as `hidden_states` over each row's full sequence, with P x Lp + R x Ls tokens through
-        the matmuls instead of R x (Lp + Ls). Every token of the flat stream goes through one set of GEMMs."""
+        the matmuls instead of R x (Lp + Ls). Every token of the flat stream goes through one set of GEMMs.
+        dropout_key: as in `hidden_states`."""
         chex.assert_rank([prefix_tokens, prefix_positions, prefix_valid, suffix_tokens, suffix_positions,
                           suffix_valid], 2)
         chex.assert_equal_shape([prefix_tokens, prefix_positions, prefix_valid])
@@ -580,12 +615,13 @@ class Qwen2(nnx.Module):
         x = flat(self.embed_tokens(prefix_tokens), self.embed_tokens(suffix_tokens))
         positions = flat(prefix_positions, suffix_positions)
         rope = rope_tables(positions, rope_inv_freq(self.config))
-        apply = lambda layer, x: layer(x, rope, None, prefix=layout)[0]  # noqa: E731
+        apply = lambda layer, x, k: layer(x, rope, None, prefix=layout, dropout_key=k)[0]  # noqa: E731
         if self.config.scan_layers:
-            h = self._scan_layers(x, apply)
+            h = self._scan_layers(x, apply, dropout_key)
         else:
-            for params in self.unstack_layers():
-                x = apply(nnx.merge(nnx.graphdef(self.layers), params), x)
+            layer_keys = _split_key(dropout_key, self.config.num_hidden_layers)
+            for params, k in zip(self.unstack_layers(), layer_keys):
+                x = apply(nnx.merge(nnx.graphdef(self.layers), params), x, k)
             h = self.norm(x)
         h = h[0]
         return h[:p * lp].reshape(p, lp, -1), h[p * lp:].reshape(r, ls, -1)

@@ -426,6 +426,14 @@ def stack_micro_batches(batch: TokenBatch, n: int, groups: int = 1) -> TokenBatc
     return jax.tree.map(stack, batch)
 
 
+def unstack_micro_batches(x: jax.Array, groups: int = 1) -> jax.Array:
+    """The inverse of `stack_micro_batches` for one per-row array: [n, rows / n, ...] -> [rows, ...] in the batch's
+    row order."""
+    n, m = x.shape[:2]
+    x = x.reshape((n, groups, m // groups) + tuple(x.shape[2:]))
+    return jnp.swapaxes(x, 0, 1).reshape((n * m,) + tuple(x.shape[3:]))
+
+
 def assert_token_batch_shapes(batch: TokenBatch) -> None:
     """chex shape assertions for use at jit boundaries (no value checks)."""
     b, t = batch.tokens.shape

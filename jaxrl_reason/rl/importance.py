@@ -1,8 +1,8 @@
 """Truncated importance sampling (TIS) between the sampler's distribution and the policy being optimised.
 
-The trainer optimises the tempered policy pi_T = softmax(logits / T) (METHODS.md §1), and pi_old is its log-prob.
-The sampler may draw from something else: top-p / top-k truncate pi_T, and a bf16 or external engine computes it
-with other numbers. Weighting each sampled token's loss by min(pi_old / q, C), q the sampling distribution,
+The trainer optimises the tempered policy pi_T = softmax(logits / T) (docs/methods/grpo.md#spec-temperature), and pi_old
+is its log-prob. The sampler may draw from something else: top-p / top-k truncate pi_T, and a bf16 or external engine
+computes it with other numbers. Weighting each sampled token's loss by min(pi_old / q, C), q the sampling distribution,
 removes that gap from the gradient up to the cap C (the correction verl, TRL, tunix and OpenRLHF offer).
 
 Because the weight is positive, multiplying the PPO-clip (and dual-clip) loss of a token by it equals multiplying

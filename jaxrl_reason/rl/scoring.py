@@ -6,7 +6,8 @@ model's dtype, and the LM head never materialises more than a `chunk_size` slice
 
 Layout: per-token results follow the TokenBatch shift convention (`rl/batch.py`): position t holds
 log pi(tokens[:, t] | tokens[:, :t]). Temperature: rows sampled at T are scored under log-softmax(logits / T),
-the tempered policy the sampler drew from (METHODS.md §1); `rl.losses.scoring_temperatures` says which tasks.
+the tempered policy the sampler drew from (docs/methods/grpo.md#spec-temperature); `rl.losses.scoring_temperatures` says
+which tasks.
 """
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.models.qwen2 import Qwen2, dense, positions_from_mask, split_rows
 from jaxrl_reason.parallel.mesh import batch_shards, resolve_mesh, to_host
 from jaxrl_reason.parallel.rules import BATCH, shard_batch
-from jaxrl_reason.rl.batch import TASKS, TokenBatch, build_token_batch, pad_rows_to
+from jaxrl_reason.rl.batch import (TASKS, TokenBatch, build_token_batch, pad_rows_to, stack_micro_batches,
+                                   unstack_micro_batches)
 from jaxrl_reason.rl.prefix import SharedPrefixBatch
+from jaxrl_reason.rl.prefix import stack_micro_batches as stack_shared_micro_batches
 
 # ----------------------------------------------------------------------------------------------------------------
 # Log-probs and entropy from logits or hidden states (float32 math, optionally chunked over time)
@@ -137,7 +140,8 @@ def token_logprobs_from_hidden(
     targets: int [batch, time]. The matmul accumulates in float32. Returns float32 [batch, time] log-probs, and
     the entropy (gradient stopped, a metric) when `with_entropy`.
     temperature: optional float32 [batch, time] (> 0): scores log-softmax(logits / temperature), the tempered
-    policy a sampler at that temperature draws from (the convention of METHODS.md §1, as verl's).
+    policy a sampler at that temperature draws from (the convention of docs/methods/grpo.md#spec-temperature, as
+    verl's).
     """
     chex.assert_rank(hidden, 3)
     chex.assert_rank(unembedding, 2)
@@ -241,7 +245,8 @@ def row_temperatures(task_ids: jax.Array, temperatures: Optional[Sequence[float]
 
 def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, chunk_size: Optional[int] = None,
                    scored: Optional[int] = None, row_groups: int = 1,
-                   temperature: float | tuple[float, ...] = 1.0, value_tasks: Optional[tuple[int, ...]] = None):
+                   temperature: float | tuple[float, ...] = 1.0, value_tasks: Optional[tuple[int, ...]] = None,
+                   dropout_key=None):
     """Per-token log-probs and entropy in TokenBatch layout, from final hidden states, never materialising more
     than a `chunk_size` slice of the [B, T, V] logits. Returns (log-probs, entropy, fits), and with `value_tasks`
     (log-probs, entropy, fits, values).
@@ -255,13 +260,15 @@ def model_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, *, c
     value_tasks: the task ids of value rows (PPO's critic targets, `rl.losses.value_task_ids`), or None: the model's
     value head runs on the same final hidden states, or its separate critic on the same tokens (`model_values`;
     [B, T] values in TokenBatch layout: V(s_t) of the state that emits target t sits where its log-prob does),
-    and the LM head skips the value rows' positions."""
+    and the LM head skips the value rows' positions.
+    dropout_key: the training forward's key for a LoRA policy's adapter dropout (`models.qwen2.Linear.adapter`);
+    None scores without dropout (pi_old, the reference, evaluation)."""
     model = nnx.merge(graphdef, params)
     given = batch
     if isinstance(batch, SharedPrefixBatch):
-        h, batch = _shared_prefix_hidden(model, batch), batch.rows
+        h, batch = _shared_prefix_hidden(model, batch, dropout_key), batch.rows
     else:
-        h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids)
+        h, _ = model.hidden_states(batch.tokens, batch.positions, batch.segment_ids, dropout_key=dropout_key)
     trained = batch.loss_mask != 0
     if value_tasks is not None:
         values = align_to_targets(model_values(model, given, h))
@@ -308,12 +315,12 @@ def model_values(model, batch: TokenBatch | SharedPrefixBatch, h: Optional[jax.A
     return model.values_from_hidden(h)
 
 
-def _shared_prefix_hidden(model, batch: SharedPrefixBatch):
+def _shared_prefix_hidden(model, batch: SharedPrefixBatch, dropout_key=None):
     """Hidden states [rows, 1 + suffix_time, H] of `batch.rows`; column 0's is its prefix's last one."""
     rows = batch.rows
     h_prefix, h_suffix = model.shared_prefix_hidden_states(
         batch.prefix_tokens, batch.prefix_positions, batch.prefix_valid, batch.prefix_index,
-        rows.tokens[:, 1:], rows.positions[:, 1:], rows.segment_ids[:, 1:] != 0)
+        rows.tokens[:, 1:], rows.positions[:, 1:], rows.segment_ids[:, 1:] != 0, dropout_key=dropout_key)
     last = jnp.maximum(batch.prefix_valid.sum(axis=-1) - 1, 0)[batch.prefix_index]
     return jnp.concatenate([h_prefix[batch.prefix_index, last][:, None], h_suffix], axis=1)
 
@@ -333,15 +340,31 @@ def reference_logprobs(graphdef, params, batch: TokenBatch | SharedPrefixBatch, 
 
 
 def reference_scorer(graphdef, mesh: Mesh, *, chunk_size: Optional[int] = None,
-                     temperature: float | tuple[float, ...] = 1.0) -> Callable:
+                     temperature: float | tuple[float, ...] = 1.0, micro_batches: int = 1) -> Callable:
     """`reference_logprobs` compiled for `mesh`: `score(params, batch, scored)` with `batch` split by rows over the
     mesh's batch shards (each shard gathering its own scored positions, as the update does), traced under the
     mesh so the model keeps every row on its device, and the log-probs returned in the same row layout, ready to
-    sit in the batch the update takes. `score.lower(...)` lowers it the same way."""
+    sit in the batch the update takes. `score.lower(...)` lowers it the same way.
+
+    micro_batches: the update's. The rows are scored one micro-batch at a time, in the update's micro-batch layout
+    (`rl.batch.stack_micro_batches`): `scored` is the update's, sized for one micro-batch's row group, and the
+    forward's activations are a micro-batch's, not the whole batch's (a 7B CURE step's pi_old forward over its
+    whole batch needed 77 of an H100's 80 GiB)."""
     groups = batch_shards(mesh)
-    jitted = jax.jit(lambda p, b, scored: reference_logprobs(graphdef, p, b, chunk_size=chunk_size, scored=scored,
-                                                             temperature=temperature, row_groups=groups),
-                     out_shardings=NamedSharding(mesh, P(BATCH)), static_argnums=(2,))
+
+    def score_rows(p, b, scored):
+        kw = dict(chunk_size=chunk_size, scored=scored, temperature=temperature)
+        if micro_batches == 1:
+            return reference_logprobs(graphdef, p, b, row_groups=groups, **kw)
+        if isinstance(b, SharedPrefixBatch):  # shared prompts: rows are not split over devices (one group)
+            lp = jax.lax.map(lambda mb: reference_logprobs(graphdef, p, mb, **kw),
+                             stack_shared_micro_batches(b, micro_batches))
+            return lp.reshape((-1,) + lp.shape[2:])
+        lp = jax.lax.map(lambda mb: reference_logprobs(graphdef, p, mb, row_groups=groups, **kw),
+                         stack_micro_batches(b, micro_batches, groups))
+        return unstack_micro_batches(lp, groups)
+
+    jitted = jax.jit(score_rows, out_shardings=NamedSharding(mesh, P(BATCH)), static_argnums=(2,))
 
     def score(params, batch, scored=None):
         with jax.set_mesh(mesh):

@@ -100,8 +100,8 @@ def sample_with_uniform(logits: jax.Array, u: jax.Array, temperature, top_p, top
     Passes over [N, V]: the row max, then exp((logits - max) / T) summed per block (the tempered policy's
     normaliser; T = 1 when greedy). Without filters the sampling distribution is that policy and reuses those
     sums; with top-k / top-p one more pass (after a sort) makes the truncated distribution's block sums.
-    The returned `logprob` is log pi_T, the policy the trainer optimises (METHODS.md §1); `sampling_logprob` is
-    log q of the truncated distribution, for truncated importance sampling.
+    The returned `logprob` is log pi_T, the policy the trainer optimises (docs/methods/grpo.md#spec-temperature);
+    `sampling_logprob` is log q of the truncated distribution, for truncated importance sampling.
     """
     chex.assert_rank(logits, 2)
     n = logits.shape[0]

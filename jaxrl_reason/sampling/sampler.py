@@ -7,7 +7,8 @@ prompt share its prefill: the prompt's cache is computed once and repeated. Rows
 
 The log-probabilities returned are computed from the very logits the token was drawn from, under the tempered
 policy softmax(logits / temperature), so they equal a fresh forward pass over the sampled sequence scored at the
-same temperature up to float rounding: the trainer's `pi_old` *is* the sampler's (METHODS.md §1).
+same temperature up to float rounding: the trainer's `pi_old` *is* the sampler's
+(docs/methods/grpo.md#spec-temperature).
 """
 from __future__ import annotations
 

@@ -44,6 +44,9 @@ from jaxrl_reason.train.state import TrainState, init_state, make_optimizer, rep
 from jaxrl_reason.rl.scoring import reference_scorer
 from jaxrl_reason.train.update import start_training
 
+# fold_in tag of the step's sampling key that gives the LoRA adapters' dropout keys (a stream of its own)
+_DROPOUT_STREAM = 0x6C6F7261
+
 
 class NonFiniteLossError(FloatingPointError):
     pass
@@ -207,6 +210,7 @@ class Trainer:
         critic = method.critic
         lora_lib.attach_lora(model, lora, seed=config.seed)
         self.lora = bool(lora_lib.adapted(model))
+        self.lora_dropout = self.lora and lora.dropout > 0
         self.graphdef = nnx.graphdef(model)
         self.terms = method.terms()
         if config.dynamic_sampling and method.uses_zero_signal_groups:
@@ -236,7 +240,7 @@ class Trainer:
         # Pinned to the batch layout so the update's row-split input sharding matches without a reshard; the LM
         # head runs where the KL term reads it, each row group gathering its own positions as the update does.
         self._ref_logprobs = reference_scorer(ref_graphdef, self.mesh, chunk_size=config.logprob_chunk,
-                                              temperature=ref_temps)
+                                              temperature=ref_temps, micro_batches=config.micro_batches)
         self.data = DataIterator(list(train_examples), config.prompts_per_step, seed=config.seed)
         self.ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
         self.writer = MetricsWriter(os.path.join(workdir, "logs"), enabled=pmesh.is_main_process())
@@ -250,7 +254,7 @@ class Trainer:
                 print(f"resumed from step {int(self.state.step)} in {self.ckpt.directory}")
 
     def _scoring_temperature(self) -> float:
-        """The temperature pi_old and pi_theta are scored at: the rollouts' (METHODS.md §1)."""
+        """The temperature pi_old and pi_theta are scored at: the rollouts' (docs/methods/grpo.md#spec-temperature)."""
         return float(self.cfg.temperature)
 
     # ------------------------------------------------------------------------------------------ rollouts
@@ -345,9 +349,12 @@ class Trainer:
         params, opt_state = self.state.params, self.state.opt_state
         step = int(self.state.step) + 1
         per_update = []
+        # LoRA dropout: each update of the step its own key, derived from the step's key (resumes bit-exactly).
+        k_dropout = jax.random.fold_in(k_sample, _DROPOUT_STREAM) if self.lora_dropout else None
         for it in range(c.num_iterations):
             for j, (mb, scored) in enumerate(prepared):
-                out = self.update(params, opt_state, mb, scored=scored)
+                k_update = None if k_dropout is None else jax.random.fold_in(k_dropout, it * len(prepared) + j)
+                out = self.update(params, opt_state, mb, scored=scored, key=k_update)
                 if refused(out):
                     # The update was not applied (the jitted step keeps the old params); nothing is checkpointed.
                     self.state = TrainState(self.state.step, out.params, out.opt_state, self.state.key)

@@ -47,11 +47,12 @@ def join_trainable(train, frozen):
     return train if frozen is None else nnx.merge_state(train, frozen)
 
 
-def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups, temperatures, value_tasks=None):
+def _loss_fn(params, graphdef, mb, counts, terms, chunk_size, scored, row_groups, temperatures, value_tasks=None,
+             dropout_key=None):
     """value_tasks: None when no term reads values (the plain scoring path, unchanged), else the static ids of
-    the value rows (`rl.losses.value_task_ids`)."""
+    the value rows (`rl.losses.value_task_ids`). dropout_key: the LoRA adapters' dropout in this forward."""
     out = model_logprobs(graphdef, params, mb, chunk_size=chunk_size, scored=scored, row_groups=row_groups,
-                         temperature=temperatures, value_tasks=value_tasks)
+                         temperature=temperatures, value_tasks=value_tasks, dropout_key=dropout_key)
     lp, ent, fits = out[:3]
     values = out[3] if value_tasks is not None else None
     mb = mb.rows if isinstance(mb, SharedPrefixBatch) else mb
@@ -87,7 +88,7 @@ def training_compiler_options(matmuls: str = "auto", devices: int = 1) -> dict:
 def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[TermSpec, ...], *,
                 micro_batches: int = 1, logprob_chunk: Optional[int] = None, row_groups: int = 1,
                 matmuls: str = "auto", temperature: float = 1.0, trainable=None) -> Callable:
-    """Returns jitted `update(params, opt_state, batch, scored=None) -> UpdateOutput`. `batch` rows must divide
+    """Returns jitted `update(params, opt_state, batch, scored=None, key=None) -> UpdateOutput`. `batch` rows must divide
     into `micro_batches` (see `rl.batch.pad_rows_to`). params and opt_state are donated.
 
     scored (static): None computes the LM head at every position; `rl.batch.scored_size(batch, micro_batches,
@@ -101,14 +102,16 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
     (`rl.losses.scoring_temperatures`).
     trainable: an nnx filter of the params the update trains (`split_trainable`; a LoRA run's adapters): only
     they are differentiated and hold optimizer state (`opt_state` is the optimizer's state of that part), the
-    rest pass through unchanged. None trains all."""
+    rest pass through unchanged. None trains all.
+    key: the step's key for a LoRA policy's adapter dropout (`lora.dropout`; micro-batch i drops with
+    fold_in(key, i)); None, or a policy without dropout, runs the forward without it."""
     temperatures = scoring_temperatures(terms, temperature)
     value_tasks = value_task_ids(terms) if needs_values(terms) else None
 
     @functools.partial(jax.jit, donate_argnums=(0, 1), static_argnames=("scored",),
                        compiler_options=training_compiler_options(matmuls))
-    def update(params, opt_state, batch: TokenBatch | SharedPrefixBatch, scored: Optional[int] = None
-               ) -> UpdateOutput:
+    def update(params, opt_state, batch: TokenBatch | SharedPrefixBatch, scored: Optional[int] = None,
+               key=None) -> UpdateOutput:
         assert_token_batch_shapes(batch.rows if isinstance(batch, SharedPrefixBatch) else batch)
         if isinstance(batch, SharedPrefixBatch):
             counts, stacked = batch_counts(batch.rows), stack_shared_micro_batches(batch, micro_batches)
@@ -124,9 +127,10 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
         zeros = (jax.tree.map(jnp.zeros_like, params),
                  jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
 
-        def body(acc, mb):
+        def body(acc, xs):  # xs: the micro-batch, or (its index, it) when dropout needs a key per micro-batch
+            mb, mb_key = (xs, None) if key is None else (xs[1], jax.random.fold_in(key, xs[0]))
             (_, m), g = grad_fn(params, graphdef, mb, counts, terms, logprob_chunk, scored, row_groups,
-                                temperatures, value_tasks)
+                                temperatures, value_tasks, mb_key)
             m = dict(m)
             gmax = m.pop("logprob_gap/max")
             acc_g, acc_m = acc
@@ -136,7 +140,8 @@ def make_update(graphdef, optimizer: optax.GradientTransformation, terms: tuple[
             acc_m["logprob_gap/max"] = jnp.maximum(prev_max, gmax)
             return (jax.tree.map(jnp.add, acc_g, g), acc_m), None
 
-        (grads, metrics), _ = jax.lax.scan(body, zeros, stacked)
+        xs = stacked if key is None else (jnp.arange(jax.tree.leaves(stacked)[0].shape[0]), stacked)
+        (grads, metrics), _ = jax.lax.scan(body, zeros, xs)
         metrics = dict(metrics) if value_tasks is None else explained_variance(metrics)
         gap_tokens = metrics.pop("logprob_gap/tokens")
         metrics["logprob_gap/mean"] = safe_divide(metrics.pop("logprob_gap/sum"), gap_tokens)
@@ -184,20 +189,21 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
     bs = NamedSharding(mesh, P(BATCH)) if batch_example is None else batch_sharding(batch_example, mesh)
     rep = NamedSharding(mesh, P())
     # `scored` is static and positional: jit takes no keyword arguments once in_shardings is given.
-    jitted = jax.jit(lambda p, o, b, scored: inner(p, o, b, scored=scored), in_shardings=(ps, os_, bs),
-                     out_shardings=UpdateOutput(ps, os_, rep, rep), donate_argnums=(0, 1), static_argnums=(3,),
+    jitted = jax.jit(lambda p, o, b, scored, key: inner(p, o, b, scored=scored, key=key),
+                     in_shardings=(ps, os_, bs, rep), out_shardings=UpdateOutput(ps, os_, rep, rep),
+                     donate_argnums=(0, 1), static_argnums=(3,),
                      compiler_options=training_compiler_options(matmuls, mesh.size))
 
-    def update(params, opt_state, batch, scored=None):
+    def update(params, opt_state, batch, scored=None, key=None):
         if isinstance(batch, SharedPrefixBatch) and batch_shards(mesh) > 1:
             raise ValueError(f"a SharedPrefixBatch cannot be split over {batch_shards(mesh)} batch shards; pass the "
                              "plain TokenBatch (the trainer's share_prompts applies on unsplit rows only)")
         with jax.set_mesh(mesh):  # traced under the mesh: the model pins its activations' rows to it
-            return jitted(params, opt_state, batch, scored)
+            return jitted(params, opt_state, batch, scored, key)
 
-    def lower(params, opt_state, batch, scored=None):
+    def lower(params, opt_state, batch, scored=None, key=None):
         with jax.set_mesh(mesh):
-            return jitted.lower(params, opt_state, batch, scored)
+            return jitted.lower(params, opt_state, batch, scored, key)
 
     update.lower = lower
     return update, ps, os_, bs
@@ -206,7 +212,8 @@ def make_sharded_update(graphdef, optimizer, terms, mesh: Mesh, params, opt_stat
 class Training(NamedTuple):
     """What a training loop starts from on its mesh: the update and the params / optimizer state placed for it."""
 
-    update: Callable  # update(params, opt_state, batch, scored=None) -> UpdateOutput (params, opt_state donated)
+    update: Callable  # update(params, opt_state, batch, scored=None, key=None) -> UpdateOutput (params, opt_state
+    # donated; key: the LoRA adapters' dropout)
     graphdef: object
     params: object
     opt_state: object

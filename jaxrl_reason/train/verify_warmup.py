@@ -1,10 +1,10 @@
 """Self-labelled verification warm-up: teach a freshly fine-tuned policy the verify format on its own samples.
 
-RL^V (METHODS §2) assumes a policy that can already *answer* "Is this solution correct? Answer Yes or No." --
-an instruct LLM can, a model warmed up only on worked solutions cannot: its P("Yes" | verify prompt) starts near
-zero, the verify NLL near 11 nats, and inside the fused RL^V update that term's gradient is ~50x the policy
-gradient's, so gradient clipping leaves RL almost nothing (measured on the CPU default: verify grad norm ~36 vs ~0.7
-for GRPO alone; train accuracy fell from 0.47 to 0.27 over 100 steps while the verify NLL was still 6 nats).
+RL^V (docs/methods/rlv.md#spec-training) assumes a policy that can already *answer* "Is this solution correct? Answer
+Yes or No." -- an instruct LLM can, a model warmed up only on worked solutions cannot: its P("Yes" | verify prompt)
+starts near zero, the verify NLL near 11 nats, and inside the fused RL^V update that term's gradient is ~50x the policy
+gradient's, so gradient clipping leaves RL almost nothing (measured on the CPU default: verify grad norm ~36 vs ~0.7 for
+GRPO alone; train accuracy fell from 0.47 to 0.27 over 100 steps while the verify NLL was still 6 nats).
 
 The warm-up removes that cold start with the data RL^V itself uses, just gathered once up front:
 

@@ -1,0 +1,268 @@
+"""experiment.compare: arms are config overrides, a warm-up is trained once per warm-up key, evaluations are cached
+by checkpoint and spec, a killed compare reruns only what is missing, and the paired differences are what they
+claim on synthetic numbers."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxrl_reason.experiment import compare as cmp
+from jaxrl_reason.experiment.evaluation import EvalSpec
+
+
+def tiny_base():
+    from jaxrl_reason.configs.tiny_default import get_config
+
+    cfg = get_config()
+    cfg.data.train_size, cfg.data.heldout_size = 300, 8
+    cfg.data.min_operands = cfg.data.max_operands = 2
+    cfg.model.hidden_size, cfg.model.num_hidden_layers, cfg.model.intermediate_size = 32, 2, 64
+    cfg.tokenizer.vocab_size = 300
+    cfg.sft.steps, cfg.sft.examples, cfg.sft.batch_size = 3, 100, 8
+    cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.rl.max_new_tokens = 2, 4, 2, 16
+    cfg.rl.eval_every, cfg.rl.eval_batch_size, cfg.rl.progress = 1, 8, False
+    return cfg
+
+
+# ------------------------------------------------------------------------------------------------ arms and plan
+def test_arm_parsing_and_grid():
+    arm = cmp.Arm.parse("rlv:method.name=rlv,method.extra.verify_weight=0.3,data.operations=+-")
+    assert arm == cmp.Arm("rlv", ("method.name=rlv", "method.extra.verify_weight=0.3", "data.operations=+-"))
+    assert cmp.Arm.parse("grpo") == cmp.Arm("grpo", ())
+    # a comma inside a value stays in it: the split is only before the next "key="
+    assert cmp.Arm.parse("a:parallel.mesh_shape={'data': 1, 'fsdp': 1}").overrides == (
+        "parallel.mesh_shape={'data': 1, 'fsdp': 1}",)
+    arms = cmp.expand_grid([cmp.Arm("grpo"), cmp.Arm("rlv", ("method.name=rlv",))],
+                           {"method.extra.verify_weight": ["0.3", "1"]}, baseline="grpo")
+    assert [a.name for a in arms] == ["grpo", "rlv[verify_weight=0.3]", "rlv[verify_weight=1]"]
+    assert arms[2].overrides == ("method.name=rlv", "method.extra.verify_weight=1")
+    for bad, match in (("r v:rl.lr=1", "a name is letters"), ("x:rl.lr", "not section.knob=value")):
+        with pytest.raises(ValueError, match=match):
+            cmp.Arm.parse(bad)
+
+
+def test_overrides_parse_as_the_training_script_parses_them():
+    cfg = cmp.apply_overrides(tiny_base(), ["rl.lr=1e-4", "rl.steps=7", "method.name=rlv",
+                                            "method.extra.verify_weight=0.3", "data.operations=+-"])
+    assert cfg.rl.lr == 1e-4 and cfg.rl.steps == 7 and cfg.method.name == "rlv"
+    assert cfg.method.extra.verify_weight == 0.3 and cfg.data.operations == "+-"
+    assert tiny_base().rl.steps == 2  # the base is copied, not changed
+    assert dict(cmp.apply_overrides(cfg, ["method.extra={}"]).method.extra) == {}
+    with pytest.raises(ValueError, match=r"method.extra is a section; give it a dict"):
+        cmp.apply_overrides(cfg, ["method.extra=1"])
+
+
+@pytest.mark.parametrize("preset, layout", [("testbed_latin_cure", "first"), ("testbed_latin_cure_check", "after")])
+def test_a_grpo_arm_of_a_cure_preset_shares_its_warm_up_and_guided_layout(preset, layout, tmp_path):
+    """The GRPO arm of a CURE comparison (the preset with method.name=grpo and CURE's knobs dropped) warms up as the
+    CURE arm does, guided re-solve rows in the CURE arm's layout included: the two share one warm-up. (When the
+    layout was a CURE method knob, dropping the knobs dropped it, and the re-solve fixed 0 of 51 flagged wrong
+    attempts, docs/results/cure_testbed.md.)"""
+    import importlib
+
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import row_formats
+
+    base = importlib.import_module(f"jaxrl_reason.configs.{preset}").get_config()
+    cells = cmp.plan(base, [cmp.Arm.parse("grpo:method.name=grpo,method.extra={}"), cmp.Arm("cure")], [0], "grpo",
+                     str(tmp_path))
+    grpo, cure = (read_run_config(cells[a, 0]) for a in ("grpo", "cure"))
+    assert (grpo.method.name, cure.method.name) == ("grpo", "cure")
+    assert grpo.data.guided_layout == cure.data.guided_layout == row_formats(cure.data).guided_layout == layout
+    assert grpo.sft == cure.sft and cmp.warmup_key(grpo) == cmp.warmup_key(cure)
+
+
+def test_token_curve_counts_rollouts_and_vine_continuations(tmp_path):
+    (tmp_path / "logs").mkdir()
+    records = [{"step": 1, "length/mean": 10.0, "vine/extra_tokens": 500.0},
+               {"step": 2, "length/mean": 20.0, "vine/extra_tokens": 100.0},
+               {"step": 2, "eval/accuracy": 0.6},
+               {"step": 3, "length/mean": 5.0}]
+    (tmp_path / "logs" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "results.json").write_text(json.dumps({"before": {"accuracy": 0.5}, "after": {"accuracy": 0.7}}))
+    c = cmp.token_curve(str(tmp_path), rollouts_per_step=8)
+    # 80 + 500, then 160 + 100 (evaluated there), then 40 more to the final checkpoint
+    assert c["x"] == pytest.approx([0, 840, 880]) and c["y"] == [0.5, 0.6, 0.7] and c["step"] == [0, 2, 3]
+    assert c["steps"] == 3 and c["total_tokens"] == pytest.approx(880)
+
+
+def test_cells_differ_only_by_their_overrides_and_seed(tmp_path):
+    from jaxrl_reason.experiment.config import read_run_config, run_config_dict
+
+    cells = cmp.plan(tiny_base(), [cmp.Arm("a"), cmp.Arm("b", ("rl.lr=1e-3", "method.name=rlv"))], [0, 3], "a",
+                     str(tmp_path))
+    flat = {k: _flat(run_config_dict(read_run_config(c))) for k, c in cells.items()}
+    differ = lambda x, y: sorted(k for k in flat[x] if flat[x][k] != flat[y][k])  # noqa: E731
+    assert differ(("a", 0), ("b", 0)) == ["method.name", "rl.lr", "workdir"]
+    assert differ(("a", 0), ("a", 3)) == ["seed", "workdir"]
+    assert flat["b", 3]["workdir"] == str(tmp_path / "runs" / "b" / "seed3")
+
+
+def _flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and k != "mesh_shape":
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def test_a_bad_arm_is_refused_before_anything_trains(tmp_path):
+    def train(cfg):
+        raise AssertionError("nothing may train")
+
+    base = tiny_base()
+    cases = [([cmp.Arm("a"), cmp.Arm("b", ("rl.lrr=1e-4",))], "a", r"arm 'b'.*rl\.lrr.*did you mean rl\.lr"),
+             ([cmp.Arm("a"), cmp.Arm("b", ("method.extra.verify_wieght=1", "method.name=rlv"))], "a",
+              r"arm 'b'.*verify_wieght"),
+             ([cmp.Arm("a"), cmp.Arm("b", ("metod.name=rlv",))], "a", r"no section 'metod'"),
+             ([cmp.Arm("a"), cmp.Arm("a", ("rl.lr=1e-4",))], "a", r"given twice; rename one"),
+             ([cmp.Arm("a"), cmp.Arm("b")], "grpo", r"baseline 'grpo' is not an arm.*--baseline")]
+    for arms, baseline, match in cases:
+        with pytest.raises(ValueError, match=match):
+            cmp.compare(base, arms, [0], baseline=baseline, out_dir=str(tmp_path), train=train)
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        cmp.compare(base, [cmp.Arm("a")], [0, 0], out_dir=str(tmp_path), train=train)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_warmup_key_follows_the_settings_that_shape_the_warmup():
+    from jaxrl_reason.experiment.config import read_run_config
+
+    key = lambda *o: cmp.warmup_key(read_run_config(cmp.apply_overrides(tiny_base(), list(o))))  # noqa: E731
+    assert key() == key("rl.lr=1e-4", "method.name=rlv", "rl.steps=9", "workdir=/elsewhere")
+    for o in ("sft.lr=1e-3", "seed=1", "rl.max_new_tokens=20", "model.hidden_size=64", "data.train_size=301"):
+        assert key(o) != key(), o
+
+
+def test_cli_refuses_a_bad_arm_by_name_before_training(tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(root, "experiments", "compare.py"), "--config",
+                           os.path.join(root, "jaxrl_reason", "configs", "grpo.py"), "--arm", "grpo",
+                           "--arm", "rlv:method.name=rlv,method.extra.verify_wieght=1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root, JAX_PLATFORMS="cpu"),
+                          timeout=600)
+    assert done.returncode != 0 and "arm 'rlv'" in done.stderr and "verify_wieght" in done.stderr, done.stderr[-2000:]
+    assert not os.path.exists(tmp_path / "runs")
+
+
+# ------------------------------------------------------------------------------------------- paired differences
+def test_paired_differences_on_synthetic_numbers():
+    rng = np.random.default_rng(0)
+    base = [rng.random(50), rng.random(80)]
+    shift = [0.1, 0.3]
+    arm = [b + s for b, s in zip(base, shift)]
+    d = cmp.paired_differences(base, arm, draws=200)
+    # a constant per-question difference: the difference itself, and an interval of width 0 (pairing removes the
+    # spread the two arms share)
+    for got, s in zip(d["per_seed"], shift):
+        assert got["diff"] == pytest.approx(s) and got["95"] == pytest.approx([s, s])
+    assert d["pooled"]["diff"] == pytest.approx(0.2) and d["pooled"]["95"] == pytest.approx([0.2, 0.2])
+    assert d["questions"] == 130
+    # 0/1 differences: the percentile interval of the bootstrap mean, near the normal one
+    flips = [np.r_[np.ones(300), np.zeros(700)]]
+    d = cmp.paired_differences([np.zeros(1000)], flips, draws=4000, seed=1)["per_seed"][0]
+    se = np.sqrt(0.3 * 0.7 / 1000)
+    assert d["diff"] == pytest.approx(0.3)
+    assert d["95"][0] == pytest.approx(0.3 - 1.96 * se, abs=0.006) and d["95"][1] == pytest.approx(0.3 + 1.96 * se,
+                                                                                                   abs=0.006)
+    with pytest.raises(ValueError, match="same questions"):
+        cmp.paired_differences([np.zeros(3)], [np.zeros(4)])
+    with pytest.raises(ValueError, match="one array per seed"):
+        cmp.paired_differences([np.zeros(3)], [np.zeros(3)] * 2)
+
+
+def test_summary_medians_and_matched_tokens_on_synthetic_cells():
+    def cell(before, after, xs, ys, pq):
+        return {"before": before, "after": after, "curve": {"x": xs, "y": ys, "total_tokens": xs[-1]},
+                "eval": {"pass@1": float(np.mean(pq))}, "per_question": {"pass@1": pq}}
+
+    cells = {("g", 0): cell(0.5, 0.6, [0, 100], [0.5, 0.6], [1, 0, 0, 1]),
+             ("g", 1): cell(0.4, 0.5, [0, 100], [0.4, 0.5], [0, 0, 1, 1]),
+             ("g", 2): cell(0.3, 0.9, [0, 100], [0.3, 0.9], [1, 1, 1, 1]),
+             ("r", 0): cell(0.5, 0.8, [0, 200], [0.5, 0.9], [1, 1, 0, 1]),
+             ("r", 1): cell(0.4, 0.4, [0, 200], [0.4, 0.4], [0, 0, 1, 1]),
+             ("r", 2): cell(0.3, 0.3, [0, 200], [0.3, 0.3], [1, 1, 1, 0])}
+    s = cmp.summarize(cells, ["g", "r"], [0, 1, 2], "g", draws=100)
+    rows = {r["arm"]: r for r in s["rows"]}
+    assert rows["g"]["after"]["median"] == pytest.approx(0.6) and rows["r"]["after"]["seeds"] == [0.8, 0.4, 0.3]
+    # matched tokens: the smallest budget every run reached (100); r's seed 0 is halfway up its curve there
+    assert s["budget_tokens"] == 100 and rows["r"]["at_budget"]["seeds"] == pytest.approx([0.7, 0.4, 0.3])
+    p = s["paired"]["r"]
+    assert [x["diff"] for x in p["after"]["per_seed"]] == pytest.approx([0.2, -0.1, -0.6])
+    assert p["after"]["pooled"]["diff"] == pytest.approx(-0.5 / 3)
+    assert [x["diff"] for x in p["pass@1"]["per_seed"]] == pytest.approx([0.25, 0.0, -0.25])
+    assert p["pass@1"]["per_seed"][1]["95"] == [0.0, 0.0]
+    md = cmp.markdown_report(dict(s, warmups={}))
+    assert "| r | held-out after RL | 0.200 / -0.100 / -0.600 | -0.167 |" in md
+    assert "**0.400** (0.800 / 0.400 / 0.300)" in md
+
+
+# -------------------------------------------------------------------------------- end to end on the tiny model
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """Three arms of one seed: a and b share the warm-up settings (they differ in the RL learning rate), c does
+    not (its SFT learning rate differs); each evaluated with 2 samples on the 8 held-out questions."""
+    from jaxrl_reason.experiment import warmup
+
+    out = tmp_path_factory.mktemp("compare")
+    calls = {"sft": 0, "eval": 0}
+    run_sft, evaluate = warmup.run_sft, cmp.evaluate_run
+
+    def counting_sft(*a, **k):
+        calls["sft"] += 1
+        return run_sft(*a, **k)
+
+    def counting_eval(*a, **k):
+        calls["eval"] += 1
+        return evaluate(*a, **k)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(warmup, "run_sft", counting_sft)
+    spec = EvalSpec(n=2, num_subsets=10, progress=False, max_new_tokens=None, temperature=None, seed=None,
+                    check_tokens=None)
+    arms = ["a", "b:rl.lr=1e-3", "c:sft.lr=1e-3"]
+    summary = cmp.compare(tiny_base(), arms, [0], spec, baseline="a", out_dir=str(out), evaluate=counting_eval)
+    first = dict(calls)
+    again = cmp.compare(tiny_base(), arms, [0], spec, baseline="a", out_dir=str(out), evaluate=counting_eval)
+    mp.undo()
+    return out, summary, again, first, dict(calls)
+
+
+@pytest.mark.slow
+def test_compare_end_to_end(compared):
+    out, summary, again, first, calls = compared
+    # warm-ups: one for a and b (same settings), one for c
+    assert first["sft"] == 2 and summary["warmups"] == {"trained": 2, "shared": 1}
+    runs = out / "runs"
+    a, b = (json.loads((runs / n / "seed0" / "results.json").read_text()) for n in ("a", "b"))
+    assert a["before"] == b["before"] and "sft_seconds" in b  # b started RL from a's warm-up, with its report
+    # every distinct checkpoint evaluated once (the cache is keyed by the checkpoint's bytes: a run whose rewards
+    # were all 0 kept its warm-up's weights, and shares that evaluation); the second compare trained nothing and
+    # read every evaluation from the cache
+    distinct = {cmp._checkpoint_digest(str(runs / n / "seed0" / "final")) for n in "abc"}
+    assert first["eval"] == len(distinct) == len(os.listdir(out / "evals")) >= 2
+    assert calls == first and again["warmups"] == {"trained": 0, "shared": 0} and again["rows"] == summary["rows"]
+    rows = {r["arm"]: r for r in summary["rows"]}
+    assert set(rows) == {"a", "b", "c"} and 0.0 <= rows["b"]["pass@1"]["median"] <= 1.0
+    assert set(summary["paired"]) == {"b", "c"} and summary["paired"]["b"]["pass@1"]["questions"] == 8
+    for name in ("summary.json", "summary.md", "curves.png"):
+        assert (out / name).stat().st_size > 0
+    # a killed compare (here: one cell's final checkpoint removed) reruns that cell only
+    import shutil
+
+    shutil.rmtree(runs / "c" / "seed0" / "final")
+    done = []
+
+    def fake_train(cfg):
+        done.append(os.path.basename(os.path.dirname(cfg.workdir)))
+        shutil.copytree(runs / "a" / "seed0" / "final", os.path.join(cfg.workdir, "final"))
+
+    cmp.compare(tiny_base(), ["a", "b:rl.lr=1e-3", "c:sft.lr=1e-3"], [0], baseline="a", out_dir=str(out),
+                train=fake_train, plot=False)
+    assert done == ["c"]
