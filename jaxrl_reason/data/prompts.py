@@ -163,8 +163,9 @@ GUIDED_LAYOUTS = ("after", "first")
 def guided_prompt(question: str, hint: str, layout: str = "after", wording: str = "short") -> str:
     """Guided re-exploration (docs/methods/cure.md#spec-guided-re-exploration): the problem and the critique's
     hint only — the earlier attempt is deliberately not shown, so the new solution is a fresh attempt rather than
-    an edit. `layout` is one of GUIDED_LAYOUTS; `wording` one of PROMPT_WORDINGS ("authors": their four instructions, in our words, before
-    the problem and the hint; with layout "first" the same instructions stand before the plain solve prompt)."""
+    an edit. `layout` is one of GUIDED_LAYOUTS; `wording` one of PROMPT_WORDINGS ("authors": their four
+    instructions, in our words, before the problem and the hint; with layout "first" the same instructions stand
+    before the plain solve prompt)."""
     q = _text(question, "question", "guided_prompt")
     h = _text(hint, "hint", "guided_prompt", model_output=True)
     _check_wording(wording, "guided_prompt")

@@ -179,10 +179,11 @@ class CIPO(GRPO):
         rho_init / rho_min / rho_max / rho_step: the replay ratio's start, bounds and step
         tau_low / tau_high / delta / window: the ratio rule (`update_ratio`); window in steps
         drop_test:            window | step: what a retention drop of `delta` compares (`update_ratio`). Not
-                              `step` (docs/methods/cipo.md#spec-adaptive-replay-ratio as written): one step's ~16 corrections fall `delta` below the
-                              window mean on noise alone every few steps and nothing as frequent moves rho down,
-                              so rho ratchets to rho_max (0.5 -> 0.9 in 38 steps, docs/results/cipo_testbed.md);
-                              `window` tests both ways on pooled windows: no drift under noise
+                              `step`, the rule as docs/methods/cipo.md#spec-adaptive-replay-ratio writes it: one
+                              step's ~16 corrections fall `delta` below the window mean on noise alone every few
+                              steps and nothing as frequent moves rho down, so rho ratchets to rho_max (0.5 -> 0.9
+                              in 38 steps, docs/results/cipo_testbed.md); `window` tests both ways on pooled
+                              windows: no drift under noise
         alpha:                a regression's reward is -(alpha - 1) (alpha > 1)
         preference:           difficulty | uniform: the order failed sources are taken in
         difficulty_floor:     the floor of the weight acc(1 - acc) + floor

@@ -1,5 +1,6 @@
-"""The union (docs/methods/composition.md#spec-the-union, docs/methods/union.md): one policy that solves, verifies (RL^V), critiques with a
-hint-guided re-solve and replay (CURE) and corrects its own attempts (CIPO), trained in one fused update.
+"""The union (docs/methods/composition.md#spec-the-union, docs/methods/union.md): one policy that solves, verifies
+(RL^V), critiques with a hint-guided re-solve and replay (CURE) and corrects its own attempts (CIPO), trained in
+one fused update.
 
 It is a registration, not a trainer: each part's class adds its rows after its `super().build` and its terms after
 its `super().terms`, so the MRO below runs GRPO's solve rows, then CURE's (which replace the plain solve rows with
