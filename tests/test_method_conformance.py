@@ -36,6 +36,8 @@ SMALL = {
     "cure": {"critique_max_new_tokens": 8, "guided_max_new_tokens": 8, "guided_samples": 2, "critique_batch_size": 4},
     "cipo": {"correction_samples": 2, "correction_max_new_tokens": 8},
     "cipo_v": {"correction_samples": 2, "correction_max_new_tokens": 8},
+    "self_check": {"critique_max_new_tokens": 8, "guided_max_new_tokens": 8, "guided_samples": 2,
+                   "critique_batch_size": 4, "correction_samples": 2, "correction_max_new_tokens": 8},
     "vineppo": {"vine_samples": 2, "max_steps": 2},
     "vineppo_v": {"vine_samples": 2, "max_steps": 2},
 }

@@ -25,7 +25,7 @@ def get_config():
     # the loss is CURE's own, the paper run's (token-mean aggregation, clip 0.2 / 0.28, dual-clip 10, no KL:
     # methods.cure.PAPER_LOSS, its class's default_loss)
     c.method.extra = method_knobs("cure")
-    c.method.extra.critique_max_new_tokens = 48  # a compact arithmetic critique; the paper's 384 is for math prose
+    c.method.extra.critique_max_new_tokens = 48  # a compact arithmetic critique (0 would give it rl.max_new_tokens)
 
     c.rl.samples_per_prompt = 4  # K, as in the paper run
     return c

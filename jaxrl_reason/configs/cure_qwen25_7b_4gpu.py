@@ -44,7 +44,10 @@ def get_config():
     c.sft.steps = 0  # start from the instruct model
 
     # CURE's knobs and their meanings: methods/cure.py; here only what the 7B run sets differently.
-    c.method.extra.critique_max_new_tokens = 384  # the paper's critique budget after the forced verdict
+    # [choice] what the 2,048 context holds after a 512-token problem and a 1,024-token solution (the plan above);
+    # not the paper's: the authors' run gives critiques its whole 4,096-token response budget (their
+    # recipe/cure/run_qwen2.5-7b_math.sh), which the class default (0 = rl.max_new_tokens) follows
+    c.method.extra.critique_max_new_tokens = 384
     c.method.extra.critique_batch_size = 0  # 0 = Q*K/2 = 32 critiques per step (the paper: 256 per 512 solves)
     c.method.extra.rescore_chunk = 512  # time chunk of those forwards' [rows, time, 152k] logits
 

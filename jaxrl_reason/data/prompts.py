@@ -76,19 +76,68 @@ CRITIQUE_FIELD_DESCRIPTIONS = {
 CRITIQUE_FORMATS = ("fields", "worked_check")
 
 
-def critique_prompt(question: str, solution: str, critique_format: str = "fields") -> str:
+# How the CURE prompts are worded [choice] (data.prompt_wording, docs/methods/cure.md): "short" is this library's
+# two-sentence wording; "authors" gives every instruction of the authors' templates (their fork's
+# verl/utils/cure_utils.py), written in our words: a missing final answer is an error, the earliest of chained
+# errors is the one, a hint is written even when there is no error, and the hint names no number, symbol or line.
+PROMPT_WORDINGS = ("short", "authors")
+
+# The authors' critique instructions, one per line, in our words (the order and the content are theirs).
+_AUTHORS_CRITIQUE_STEPS = (
+    "You are shown a problem and a solution that an AI wrote for it.",
+    "",
+    "What to do:",
+    "1) Read the problem, then the whole solution from its first line to its last.",
+    "2) Find the one earliest step or claim whose error carries through to the final answer.",
+    "   - Errors that are fixed later, or that never reach the final answer, do not count.",
+    "   - A solution that never states a final answer has an error: treat the missing answer as one.",
+    "   - When one error leads to others, pick the first of them.",
+    "   - When no error reaches the final answer, write ERROR_FOUND: false and go straight to step 5.",
+    "3) Quote the shortest piece of the solution that holds that error.",
+    "4) Say in one or two sentences why it changes the final answer.",
+    "5) Write a general hint that would help a student avoid this kind of error (when there is one) or make sure "
+    "of a right answer (when the solution is right).",
+    "   - The hint must not give the next step, nor the answer.",
+    "   - It must suit this problem and be about strategy, but name no specific number, symbol or line of the "
+    "solution.",
+    "",
+    "Rules:",
+    "- Do not solve the problem and do not rewrite the solution.",
+    "- The hint stands on its own: no particular calculation, no fix aimed at one spot.",
+    "- Write a hint even when ERROR_FOUND is false, about the approach as a whole.",
+    "- Write all four fields below, in this order.",
+)
+
+
+def _check_wording(wording: str, fn: str) -> None:
+    if wording not in PROMPT_WORDINGS:
+        raise ValueError(f"{fn}: wording={wording!r} is unknown; use {' | '.join(PROMPT_WORDINGS)} "
+                         "(config data.prompt_wording)")
+
+
+def critique_prompt(question: str, solution: str, critique_format: str = "fields", wording: str = "short") -> str:
     """Asks for the earliest answer-changing error in `solution`, in the four CRITIQUE_FIELDS, one per line;
-    with `critique_format="worked_check"`, after a line-by-line check of the solution."""
+    with `critique_format="worked_check"`, after a line-by-line check of the solution. `wording` is one of
+    PROMPT_WORDINGS: "authors" gives the authors' instructions before the same fields."""
     q = _text(question, "question", "critique_prompt")
     s = _text(solution, "solution", "critique_prompt", model_output=True)
     if critique_format not in CRITIQUE_FORMATS:
         raise ValueError(f"critique_prompt: critique_format={critique_format!r} is unknown; use "
                          f"{' | '.join(CRITIQUE_FORMATS)}")
+    _check_wording(wording, "critique_prompt")
     fields = "\n".join(f"{f}: {CRITIQUE_FIELD_DESCRIPTIONS[f]}" for f in CRITIQUE_FIELDS)
     reply = "Reply with exactly these four fields, in this order, each starting on its own line:\n"
     if critique_format == "worked_check":
         reply = ("First check the solution, one line per constraint, each marked ok or naming what fails. Then "
                  "reply with exactly these four fields, in this order, each starting on its own line:\n")
+    if wording == "authors":
+        return (
+            f"{_AUTHORS_CRITIQUE_STEPS[0]}\n\n"
+            f"Problem:\n{q}\n\n"
+            f"Solution:\n{s}\n\n"
+            + "\n".join(_AUTHORS_CRITIQUE_STEPS[2:]) + "\n\n"
+            f"{reply}{fields}"
+        )
     return (
         "Review the solution to the problem below. Find the earliest error that affects the final answer.\n\n"
         f"Problem:\n{q}\n\n"
@@ -111,12 +160,26 @@ def critique_verdict_prefix(error_found: bool) -> str:
 GUIDED_LAYOUTS = ("after", "first")
 
 
-def guided_prompt(question: str, hint: str, layout: str = "after") -> str:
-    """Guided re-exploration (docs/methods/cure.md#spec-guided-re-exploration): the problem and the critique's hint only
-    — the earlier attempt is deliberately not shown, so the new solution is a fresh attempt rather than an edit.
-    `layout` is one of GUIDED_LAYOUTS."""
+def guided_prompt(question: str, hint: str, layout: str = "after", wording: str = "short") -> str:
+    """Guided re-exploration (docs/methods/cure.md#spec-guided-re-exploration): the problem and the critique's
+    hint only — the earlier attempt is deliberately not shown, so the new solution is a fresh attempt rather than
+    an edit. `layout` is one of GUIDED_LAYOUTS; `wording` one of PROMPT_WORDINGS ("authors": their four
+    instructions, in our words, before the problem and the hint; with layout "first" the same instructions stand
+    before the plain solve prompt)."""
     q = _text(question, "question", "guided_prompt")
     h = _text(hint, "hint", "guided_prompt", model_output=True)
+    _check_wording(wording, "guided_prompt")
+    if wording == "authors":
+        task = ("You are shown a problem and a hint.\n\n"
+                "What to do:\n"
+                "1. Write a new solution to the problem.\n"
+                "2. Follow the hint's advice closely, but never mention the hint in what you write.\n"
+                "3. Keep the reasoning consistent, clear and sound.\n"
+                "4. Give the whole solution, step by step.")
+        if layout == "after":
+            return f"{task}\n\nProblem:\n{q}\n\nHint:\n{h}\n\n{SOLVE_INSTRUCTION}"
+        if layout == "first":
+            return f"{task}\n\nHint:\n{h}\n\n{solve_prompt(q)}"
     if layout == "after":
         return (
             f"{q}\n\n"

@@ -189,7 +189,7 @@ def bound(task: TestbedTask) -> tuple:
 def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: int, critique: int, correct: int,
                    seed: int, verify_format: str = "verdict", inject_extent: str = "minimal",
                    guided: int = 0, guided_layout: str = "after", critique_format: str = "fields",
-                   correction_format: str = "solution") -> list[Example]:
+                   correction_format: str = "solution", prompt_wording: str = "short") -> list[Example]:
     """Warm-up rows of the auxiliary formats, each an Example whose `question` is the whole rendered user turn and
     whose `solution` is the target: `verify` RL^V rows (half right, half wrong solutions; target "Yes"/"No"),
     `critique` CURE critiques (half of wrong solutions, half of right ones), `correct` CIPO corrections (a
@@ -197,7 +197,8 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     critique of a wrong attempt, the attempt not shown -> the worked solution). Examples are cycled when a count
     exceeds them. `verify_format` as in `verify_target`; the wrong solutions are
     `injected_wrong(..., extent=inject_extent)`; `guided_layout` as in `prompts.guided_prompt`; `critique_format`
-    as in `critique_target`, `correction_format` as in `correction_target`."""
+    as in `critique_target`, `correction_format` as in `correction_target`; `prompt_wording` as in
+    `prompts.critique_prompt`."""
     if min(verify, critique, correct, guided) < 0:
         raise ValueError("auxiliary_rows: counts must be >= 0")
     if not examples and verify + critique + correct + guided:
@@ -214,7 +215,7 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
     for i in range(critique):
         e = pick(verify + i)
         a, kind = (task.gold(e), None) if i % 2 == 0 else injected_wrong(task, e, rng, inject_extent)
-        rows.append(Example(critique_prompt(e.question, task.solution_text(a), critique_format), "",
+        rows.append(Example(critique_prompt(e.question, task.solution_text(a), critique_format, prompt_wording), "",
                             f"{e.id}/critique{i}", critique_target(task, e.question, a, kind, critique_format),
                             meta("critique")))
     for i in range(correct):
@@ -227,7 +228,8 @@ def auxiliary_rows(task: TestbedTask, examples: Sequence[Example], *, verify: in
         e = pick(verify + critique + correct + i)
         a, kind = injected_wrong(task, e, rng, inject_extent)
         hint = critique_hint(task, e.question, a, kind)
-        rows.append(Example(guided_prompt(e.question, hint, guided_layout), e.answer, f"{e.id}/guided{i}", e.solution,
+        rows.append(Example(guided_prompt(e.question, hint, guided_layout, prompt_wording), e.answer,
+                            f"{e.id}/guided{i}", e.solution,
                             meta("guided", question=e.question)))
     return rows
 
@@ -292,7 +294,7 @@ def longest_critique(task: TestbedTask, examples: Sequence[Example], count_token
 def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]], *, critique: bool, correct: bool,
                      seed: int, keep_share: float = 0.0, guided: bool = False,
                      guided_layout: str = "after", critique_format: str = "fields",
-                     correction_format: str = "solution") -> list[Example]:
+                     correction_format: str = "solution", prompt_wording: str = "short") -> list[Example]:
     """Warm-up rows from the policy's *own* attempts (`(example, generated text)`, graded here by the task's
     checker), in the layout of `auxiliary_rows`: for `correct`, one CIPO correction per distinct wrong attempt
     (the attempt verbatim, as CIPO's replay prompt holds it -> the worked solution); for `critique`, one CURE
@@ -335,12 +337,14 @@ def own_attempt_rows(task: TestbedTask, attempts: Sequence[tuple[Example, str]],
     if guided:
         for i, (e, _, answer, kind) in enumerate(flawed):
             hint = critique_hint(task, e.question, answer, kind)
-            rows.append(Example(guided_prompt(e.question, hint, guided_layout), e.answer, f"{e.id}/own_guided{i}",
+            rows.append(Example(guided_prompt(e.question, hint, guided_layout, prompt_wording), e.answer,
+                                f"{e.id}/own_guided{i}",
                                 e.solution, meta("guided", question=e.question)))
     if critique:
         rng = np.random.default_rng(seed)
         keep = rng.permutation(len(right))[:len(flawed)]
         for i, (e, text, answer, kind) in enumerate(flawed + [right[j] for j in sorted(keep)]):
-            rows.append(Example(critique_prompt(e.question, text, critique_format), "", f"{e.id}/own_critique{i}",
+            rows.append(Example(critique_prompt(e.question, text, critique_format, prompt_wording), "",
+                                f"{e.id}/own_critique{i}",
                                 critique_target(task, e.question, answer, kind, critique_format), meta("critique")))
     return rows

@@ -423,20 +423,23 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
                                 shapes.new_tokens, o_bytes + ref_bytes)
     from jaxrl_reason.buckets import power_of_two
 
-    if method.name.startswith("cure"):
+    # The parts the method samples beyond the rollouts (a union has several: methods.self_check).
+    parts = method.parts() if hasattr(method, "parts") else ()
+    if "critique" in parts:
         crit_rows = min(method.critique_batch_size or q * g, q * g)
         crit_prompt = power_of_two(shapes.sample_prompt_len + shapes.new_tokens + 32)
+        crit_tokens = method.critique_max_new_tokens or shapes.new_tokens  # 0: the run's budget
         exes += _sampler_executables("critique", graphdef, params, mesh, cfg, crit_rows, 1, crit_prompt,
-                                     method.critique_max_new_tokens, o_bytes + ref_bytes)
-        guided_prompt = power_of_two(shapes.sample_prompt_len + method.critique_max_new_tokens)
+                                     crit_tokens, o_bytes + ref_bytes)
+        guided_prompt = power_of_two(shapes.sample_prompt_len + crit_tokens)
         exes += _sampler_executables("guided", graphdef, params, mesh, cfg, q, method.guided_samples, guided_prompt,
                                      method.guided_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
-    if method.name.startswith("cipo"):
+    if "correct" in parts:
         corr_prompt = power_of_two(shapes.sample_prompt_len + shapes.new_tokens)
         exes += _sampler_executables("correction", graphdef, params, mesh, cfg, method.replay_prompts or q,
                                      method.correction_samples, corr_prompt,
                                      method.correction_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
-    if reference or method.name.startswith("cure"):
+    if reference or "critique" in parts:  # CURE recomputes pi_old of forced and replayed tokens
         ref_temps = scoring_temperatures(terms, temperature)
         no_ref = host._replace(ref_logprobs=None)
         score_batch = _abstract(no_ref, batch_sharding(no_ref, mesh))

@@ -91,6 +91,9 @@ class DataSection:
     # CURE's guided re-solve prompt, in the warm-up's rows, the method's RL and test-time refinement alike: after
     # (the paper's: problem, then guidance) | first (guidance, then the plain solve prompt), docs/methods/cure.md
     guided_layout: str = "after"
+    # how CURE's critique and guided prompts are worded, read by the same three: short (this library's) | authors
+    # (every instruction of the authors' templates, in our words: `data.prompts.PROMPT_WORDINGS`, docs/methods/cure.md)
+    prompt_wording: str = "short"
     # testbed warm-up rows' wrong solutions: minimal (one error of a measured kind, 1-2 positions) | spread (off in
     # as many positions as the policy's own wrong answers; latin_square), docs/tasks/testbed.md
     inject_extent: str = "minimal"

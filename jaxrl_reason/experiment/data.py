@@ -149,7 +149,8 @@ def critique_check_fn(d: DataSection):
 
 def row_formats(d: DataSection) -> RowFormats:
     """How the `data` section writes the self-checking rows, as the trainer hands it to the methods."""
-    return RowFormats(verify_target_fn(d), critique_check_fn(d), d.correction_format, d.guided_layout)
+    return RowFormats(verify_target_fn(d), critique_check_fn(d), d.correction_format, d.guided_layout,
+                      d.prompt_wording)
 
 
 def build_data(d: DataSection, seed: int) -> TaskData:

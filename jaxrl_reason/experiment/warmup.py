@@ -10,7 +10,8 @@ import shutil
 import time
 
 from jaxrl_reason.experiment.config import RunConfig
-from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS, GUIDED_LAYOUTS, whole_turn_prompt_fn
+from jaxrl_reason.data.prompts import (CORRECTION_FORMATS, CRITIQUE_FORMATS, GUIDED_LAYOUTS, PROMPT_WORDINGS,
+                                       whole_turn_prompt_fn)
 from jaxrl_reason.data.testbed import (CHECK_FORMATS, CHECK_ROWS, INJECT_EXTENTS, VERIFY_FORMATS, auxiliary_rows,
                                        own_attempt_rows, task_of)
 from jaxrl_reason.experiment.data import AUX_FORMATS, TaskData
@@ -88,6 +89,9 @@ def check_aux_formats(rc: RunConfig) -> None:
     if rc.data.guided_layout not in GUIDED_LAYOUTS:
         raise ValueError(f"config data.guided_layout={rc.data.guided_layout!r} is unknown; use "
                          f"{' | '.join(GUIDED_LAYOUTS)}")
+    if rc.data.prompt_wording not in PROMPT_WORDINGS:
+        raise ValueError(f"config data.prompt_wording={rc.data.prompt_wording!r} is unknown; use "
+                         f"{' | '.join(PROMPT_WORDINGS)}")
     shares = {"aux_verify_share": s.aux_verify_share, "aux_critique_share": s.aux_critique_share,
               "aux_correct_share": s.aux_correct_share, "aux_guided_share": s.aux_guided_share}
     for name, v in shares.items():
@@ -239,6 +243,7 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
         return base, task.prompt_fn
     aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
                          inject_extent=rc.data.inject_extent, guided_layout=rc.data.guided_layout,
+                         prompt_wording=rc.data.prompt_wording,
                          critique_format=rc.data.critique_format, correction_format=rc.data.correction_format,
                          **counts)
     return base + aux, whole_turn_prompt_fn(aux, task.prompt_fn)
@@ -343,7 +348,8 @@ def check_guided_rows(rc: RunConfig, task: TaskData) -> list:
         return []
     questions = list(task.train[heldout_questions(s.check_questions):s.check_questions])
     return auxiliary_rows(task_of(rc.data.source), questions, verify=0, critique=0, correct=0, guided=n,
-                          seed=rc.seed, guided_layout=rc.data.guided_layout, critique_format=rc.data.critique_format)
+                          seed=rc.seed, guided_layout=rc.data.guided_layout, critique_format=rc.data.critique_format,
+                          prompt_wording=rc.data.prompt_wording)
 
 
 def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=None) -> dict:
@@ -396,7 +402,8 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     attempts = list(zip([e for e in questions for _ in range(s.own_attempt_samples)], texts))
     rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, keep_share=s.own_attempt_keep_share,
                             guided_layout=rc.data.guided_layout, critique_format=rc.data.critique_format,
-                            correction_format=rc.data.correction_format, **own_attempt_formats(rc))
+                            correction_format=rc.data.correction_format, prompt_wording=rc.data.prompt_wording,
+                            **own_attempt_formats(rc))
     if not rows:
         raise ValueError(f"own-attempt warm-up: the policy's {len(texts)} attempts gave no row (all right, or no "
                          "critiquable error); sample more questions (sft.own_attempt_questions) or set "

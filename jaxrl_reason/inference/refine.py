@@ -196,7 +196,7 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                 generate: Optional[Generate] = None, prompt_fn: Callable[[str], str] = solve_prompt,
                 min_hint_words: int = 10, initial: Optional[Sequence[str]] = None,
                 initial_tokens: Optional[Sequence[int]] = None, guided_layout: str = "after",
-                critique_format: str = "fields") -> RefineResult:
+                critique_format: str = "fields", prompt_wording: str = "short") -> RefineResult:
     """Solve, then up to `rounds` rounds of self-critique and guided re-solving (see the module docstring).
 
     examples:  objects with `.question` (and whatever `reward_fn` reads, e.g. `.answer`)
@@ -209,6 +209,7 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
     guided_layout: the re-solve prompt's layout (`prompts.guided_prompt`; a CURE run's data.guided_layout)
     critique_format: what the critique prompt asks for (`prompts.critique_prompt`; a run's data.critique_format);
     with "worked_check" the critique budget must hold the check as well
+    prompt_wording: the critique and guided prompts' wording (`prompts.PROMPT_WORDINGS`; a run's data.prompt_wording)
     """
     if rounds < 0:
         raise ValueError(f"self_refine: rounds must be >= 0, got {rounds}")
@@ -255,7 +256,8 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
         active = np.flatnonzero(stopped < 0)
         if not len(active):
             continue
-        c_ids = generate(render([critique_prompt(questions[i], solutions[i], critique_format) for i in active]),
+        c_ids = generate(render([critique_prompt(questions[i], solutions[i], critique_format, prompt_wording)
+                                   for i in active]),
                          max_new_tokens=crit_budget)
         c_texts = decode_ids(tokenizer, c_ids)
         parsed = [parse_critique(c, min_hint_words=min_hint_words) for c in c_texts]
@@ -272,7 +274,7 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                 redo.append((i, p.hint or ""))
         if not redo:
             continue
-        r_ids = generate(render([guided_prompt(questions[i], h, guided_layout) for i, h in redo]),
+        r_ids = generate(render([guided_prompt(questions[i], h, guided_layout, prompt_wording) for i, h in redo]),
                          max_new_tokens=max_new_tokens)
         r_texts = decode_ids(tokenizer, r_ids)
         r_ok = graded_right(reward_fn, r_texts, [examples[i] for i, _ in redo])

@@ -93,7 +93,8 @@ def evaluate_refinement(model, tokenizer, examples: Sequence[Any], reward_fn: Ca
                         pool_classes=None, pool_correct=None,
                         tokens_per_sample: Optional[float] = None, temperature: float = 0.0, top_p: float = 1.0,
                         top_k: int = 0, seed: int = 0, batch_size: int = 8, num_subsets: int = 1000,
-                        params=None, guided_layout: str = "after", critique_format: str = "fields") -> dict:
+                        params=None, guided_layout: str = "after", critique_format: str = "fields",
+                        prompt_wording: str = "short") -> dict:
     """`self_refine` for `rounds` rounds (verdict generated, not forced), then `refinement_report`.
 
     initial / initial_tokens: round 0's solution texts and their generated token counts, e.g. the first sample of
@@ -103,12 +104,14 @@ def evaluate_refinement(model, tokenizer, examples: Sequence[Any], reward_fn: Ca
                              seed=seed, batch_size=batch_size)
     res = self_refine(model, tokenizer, examples, reward_fn, rounds=rounds, max_new_tokens=max_new_tokens,
                       critique_max_new_tokens=critique_max_new_tokens, generate=generate, initial=initial,
-                      initial_tokens=initial_tokens, guided_layout=guided_layout, critique_format=critique_format)
+                      initial_tokens=initial_tokens, guided_layout=guided_layout, critique_format=critique_format,
+                      prompt_wording=prompt_wording)
     report = refinement_report(res, pool_classes=pool_classes, pool_correct=pool_correct,
                                tokens_per_sample=tokens_per_sample, num_subsets=num_subsets, seed=seed)
     report["config"] = {"rounds": rounds, "temperature": temperature, "max_new_tokens": max_new_tokens,
                         "critique_max_new_tokens": critique_max_new_tokens or max_new_tokens,
                         "guided_layout": guided_layout, "critique_format": critique_format,
+                        "prompt_wording": prompt_wording,
                         "round0": "pool's first sample" if initial is not None else "generated"}
     report["critiques"] = res.critiques
     return report

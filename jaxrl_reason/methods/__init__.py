@@ -22,18 +22,20 @@ from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
 from jaxrl_reason.rl.policy_losses import VERL_NAMES
 from jaxrl_reason.methods.ppo import PPO, PPOV
 from jaxrl_reason.methods.rlv import RLV
+from jaxrl_reason.methods.self_check import SelfCheck
 from jaxrl_reason.methods.vineppo import VinePPO, VinePPOV
 from jaxrl_reason.rl.advantages import ESTIMATORS
 
 METHODS = {"grpo": GRPO, "rlv": RLV, "cure": CURE, "cipo": CIPO, "cipo_v": CIPOV, "vineppo": VinePPO,
-           "vineppo_v": VinePPOV, "ppo": PPO, "ppo_v": PPOV}
+           "vineppo_v": VinePPOV, "ppo": PPO, "ppo_v": PPOV, "self_check": SelfCheck}
 
 
 @dataclasses.dataclass(frozen=True)
 class MethodConfig:
     """The `method` section of a run config."""
 
-    name: str = "grpo"  # grpo | rlv | cure | cipo | cipo_v | vineppo | vineppo_v | ppo | ppo_v (docs/methods/README.md)
+    # grpo | rlv | cure | cipo | cipo_v | vineppo | vineppo_v | ppo | ppo_v | self_check (docs/methods/README.md)
+    name: str = "grpo"
     estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | grpo_batch_std (rl.advantages.ESTIMATORS)
     estimator_kwargs: Mapping = dataclasses.field(default_factory=dict)  # the estimator's keywords, e.g. {"ddof": 0}
     extra: Mapping = dataclasses.field(default_factory=dict)  # the method's own knobs (method_knobs(name))

@@ -1,11 +1,13 @@
 """What a method sees (rollouts) and what it returns (a TokenBatch and metrics)."""
 from __future__ import annotations
 
+import zlib
 from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
 
+import jax
 import numpy as np
 
-from jaxrl_reason.rl.batch import TokenBatch
+from jaxrl_reason.rl.batch import TokenBatch, concat_batches
 from jaxrl_reason.rl.losses import TermSpec
 
 
@@ -91,7 +93,7 @@ def tool_rollouts(out, examples: Sequence[Any], *, reward: Optional[Callable] = 
 
 class RowFormats(NamedTuple):
     """How the data writes the rows of the self-checking tasks (data.verify_format, critique_format,
-    correction_format, guided_layout); the defaults are the papers' formats."""
+    correction_format, guided_layout, prompt_wording); the defaults are the papers' formats."""
 
     # (question, completion) -> a verify row's target text when the data writes a worked check before the verdict
     # (data.verify_format="worked_check" / "mark_check"); None: the one-token verdict
@@ -104,6 +106,8 @@ class RowFormats(NamedTuple):
     correction_format: str = "solution"
     # CURE's guided re-solve prompt (data.guided_layout, `prompts.guided_prompt`): "after" | "first"
     guided_layout: str = "after"
+    # CURE's critique and guided prompts' wording (data.prompt_wording, `prompts.PROMPT_WORDINGS`): "short" | "authors"
+    prompt_wording: str = "short"
 
 
 class Context(NamedTuple):
@@ -119,6 +123,35 @@ class Context(NamedTuple):
     temperature: float = 1.0  # the sampling temperature: a recomputed pi_old scores under logits / temperature
     max_new_tokens: int = 0  # the trainer's generation limit (DAPO's overlong shaping reads it; 0 = unknown)
     formats: RowFormats = RowFormats()  # how verify rows, critiques and corrections are written
+    # stream(name) -> a sampler like `sample` whose keys no other stream (nor `sample`) draws: a union's parts
+    # sample from their own streams, so the order the parts run in (their classes' order) changes no sample
+    streams: Optional[Callable[[str], Callable[..., Any]]] = None
+
+
+def part_context(ctx: Context, part: str) -> Context:
+    """`ctx` for one part of a union (e.g. "verify", "critique", "correct"): its own host randomness and, when the
+    trainer provides streams, its own sampler, both functions of the step and the part's name alone. The parts of
+    a union then draw the same numbers in any class order; a method of one part keeps `ctx` itself (its numbers
+    stay what they were before unions existed)."""
+    seq = getattr(ctx.rng.bit_generator, "seed_seq", None)
+    if not isinstance(seq, np.random.SeedSequence):
+        raise ValueError("part_context: the Context's rng must come from np.random.default_rng(seed) (a union "
+                         "derives each part's randomness from its seed sequence)")
+    tag = zlib.crc32(part.encode())
+    rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, tag)))
+    sample = ctx.sample if ctx.streams is None else ctx.streams(part)
+    return ctx._replace(rng=rng, sample=sample)
+
+
+def join_rows(batches: Sequence[TokenBatch]) -> TokenBatch:
+    """The rows of `batches` in one batch, ordered by task (`rl.batch.TASKS` id: solve, verify, critique,
+    guided_solve, correct), each task's rows in the order given. A union's parts add their rows in their classes'
+    order; this makes the batch the same for any order. A single method's rows already come in this order."""
+    batch = concat_batches([b for b in batches if b.batch_size] or list(batches[:1]))
+    order = np.argsort(np.asarray(batch.task_id), kind="stable")
+    if np.array_equal(order, np.arange(len(order))):
+        return batch
+    return jax.tree.map(lambda x: x[order], batch)
 
 
 class Method(Protocol):

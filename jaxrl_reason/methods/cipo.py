@@ -10,10 +10,11 @@ Per step, two streams in the one fused update:
 Which attempts are replayed:
   - a share rho_t of the replay prompts is built from *successful* attempts, the rest from failed ones;
   - rho_t adapts to retention, the accuracy of corrections of successful sources (`RatioState`, `update_ratio`):
-    up by `rho_step` when the windowed retention is below `tau_low` or this step's retention fell more than
-    `delta` below the window's mean, down by `rho_step` when the windowed retention is above `tau_high`
-    (`drop_test="window"`: when the windowed retention fell / rose by `delta` against the previous window's, up /
-    down), clipped to [rho_min, rho_max]. Its state is the method's state_dict, saved with every checkpoint;
+    up by `rho_step` when the windowed retention is below `tau_low` or fell by more than `delta` against the
+    previous window's, down by `rho_step` when it is above `tau_high` or rose by more than `delta` (the default
+    `drop_test="window"`; `"step"`, the spec's rule as written, compares one step's retention with the window's mean
+    and ratchets rho up under noise), clipped to [rho_min, rho_max]. Its state is the method's state_dict, saved
+    with every checkpoint;
   - failed sources are taken in the difficulty-aware order of `rank_failed_sources`: mixed queries
     (0 < acc(x) < 1) before zero-pass ones, by weight acc(1 - acc) + floor within each tier.
 
@@ -33,11 +34,11 @@ import numpy as np
 
 from jaxrl_reason.data.prompts import SOLVE_INSTRUCTION, replay_correction_prompt
 from jaxrl_reason.data.testbed import correction_target, injected_wrong, task_of
-from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts
+from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts, join_rows
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages, solve_rows
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.rl import advantages as adv_lib
-from jaxrl_reason.rl.batch import TokenBatch, concat_batches
+from jaxrl_reason.rl.batch import TokenBatch
 from jaxrl_reason.rl.losses import TermSpec, kl_spec
 
 PREFERENCES = ("difficulty", "uniform")
@@ -161,11 +162,12 @@ class CIPO(GRPO):
 
     name = "cipo"
     tasks = ("solve", "correct")
+    part = "correct"
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  correction_samples: int = 4, replay_prompts: int = 0, rho_init: float = 0.5, rho_min: float = 0.1,
                  rho_max: float = 0.9, rho_step: float = 0.05, tau_low: float = 0.6, tau_high: float = 0.9,
-                 delta: float = 0.1, window: int = 8, drop_test: str = "step", alpha: float = 2.0,
+                 delta: float = 0.1, window: int = 8, drop_test: str = "window", alpha: float = 2.0,
                  preference: str = "difficulty",
                  difficulty_floor: float = 0.05, answer_instruction: str = SOLVE_INSTRUCTION,
                  correct_weight: float = 1.0, correction_max_new_tokens: int = 0,
@@ -176,7 +178,12 @@ class CIPO(GRPO):
         replay_prompts:       replay prompts per step (0 = Q, one per query of the step)
         rho_init / rho_min / rho_max / rho_step: the replay ratio's start, bounds and step
         tau_low / tau_high / delta / window: the ratio rule (`update_ratio`); window in steps
-        drop_test:            step | window: what a retention drop of `delta` compares (`update_ratio`)
+        drop_test:            window | step: what a retention drop of `delta` compares (`update_ratio`). Not
+                              `step`, the rule as docs/methods/cipo.md#spec-adaptive-replay-ratio writes it: one
+                              step's ~16 corrections fall `delta` below the window mean on noise alone every few
+                              steps and nothing as frequent moves rho down, so rho ratchets to rho_max (0.5 -> 0.9
+                              in 38 steps, docs/results/cipo_testbed.md); `window` tests both ways on pooled
+                              windows: no drift under noise
         alpha:                a regression's reward is -(alpha - 1) (alpha > 1)
         preference:           difficulty | uniform: the order failed sources are taken in
         difficulty_floor:     the floor of the weight acc(1 - acc) + floor
@@ -249,6 +256,8 @@ class CIPO(GRPO):
                              f"set it to at least {need}")
 
     def terms(self) -> tuple[TermSpec, ...]:
+        if not self.correct_weight:  # the part is off: no correction rows, no term
+            return super().terms()
         l = self.loss
         agg = dict(aggregation=l.aggregation, max_len=l.max_len)
         t = [l.policy_term(("correct",), name="correct", weight=self.correct_weight)]
@@ -271,6 +280,9 @@ class CIPO(GRPO):
 
     def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
         base, metrics = super().build(rollouts, ctx)
+        if not self.correct_weight:  # the part is off: nothing sampled, rho and its window left as they are
+            return base, metrics
+        ctx = self.part_context(ctx, "correct")
         ro, tok = rollouts, ctx.tokenizer
         q, g = ro.rewards.shape
         rho = self.ratio.rho
@@ -292,14 +304,16 @@ class CIPO(GRPO):
         metrics.update({f"correct/{k}": float(v) for k, v in adv_lib.group_metrics(shaped, advantages=adv).items()})
         metrics.update({f"correct/{k}": v for k, v in row_metrics.items()})
         metrics.update(self._stream_metrics(right, source_ok))
-        # Tokens the correction stream generated beyond the solve rollouts: what CIPO spends over GRPO per step.
-        metrics["generate/extra_tokens"] = float(sum(len(c) for c in corr.completions))
+        # Tokens the correction stream generated beyond the solve rollouts: what CIPO spends over GRPO per step. A
+        # union's parts each log their own and add to the step's total.
+        metrics["cipo/extra_tokens"] = float(sum(len(c) for c in corr.completions))
+        metrics["generate/extra_tokens"] = metrics.get("generate/extra_tokens", 0.0) + metrics["cipo/extra_tokens"]
         hits, count = int(right[source_ok].sum()), int(right[source_ok].size)
         self.ratio = update_ratio(self.ratio, hits, count, **self.ratio_knobs)
         metrics["cipo/rho_next"] = self.ratio.rho
         w = self.ratio_knobs["window"]
         metrics["cipo/retention_window"] = windowed_retention(self.ratio.hits[-w:], self.ratio.counts[-w:])
-        return concat_batches([base, rows]), metrics
+        return join_rows([base, rows]), metrics
 
     @staticmethod
     def _stream_metrics(right: np.ndarray, source_ok: np.ndarray) -> dict:
@@ -316,9 +330,10 @@ class CIPO(GRPO):
     def state_dict(self) -> dict:
         """The replay ratio and its window (JSON: floats round-trip exactly)."""
         s = self.ratio
-        return {"rho": s.rho, "hits": list(s.hits), "counts": list(s.counts)}
+        return {**super().state_dict(), "rho": s.rho, "hits": list(s.hits), "counts": list(s.counts)}
 
     def load_state_dict(self, d: dict) -> None:
+        super().load_state_dict(d)  # a union's other parts read their own keys
         if not d:
             return  # a checkpoint from before CIPO kept state: start from rho_init
         missing = sorted({"rho", "hits", "counts"} - set(d))

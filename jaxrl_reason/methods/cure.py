@@ -28,16 +28,17 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Sequence
 
+import jax
 import numpy as np
 
 from jaxrl_reason.data.prompts import (critique_format_penalty, critique_prompt, critique_verdict_prefix,
                                        guided_prompt, parse_critique)
 from jaxrl_reason.data.testbed import TASK_MODULES, longest_critique, task_of
-from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts
+from jaxrl_reason.methods.base import Context, Rollouts, generate_rollouts, join_rows
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.buckets import power_of_two
-from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches
+from jaxrl_reason.rl.batch import TASKS, TokenBatch, build_token_batch
 from jaxrl_reason.rl.importance import truncated_is_weights
 from jaxrl_reason.rl.losses import TermSpec, kl_spec
 from jaxrl_reason.rl.scoring import completion_logprobs
@@ -273,12 +274,13 @@ class CURE(GRPO):
     uses_zero_signal_groups = True
     removed_knobs = REMOVED_KNOBS  # read_method_config names the replacement of a removed method.extra key
     default_loss = PAPER_LOSS
+    part = "critique"  # critique, guided re-solve and replay: one part, off when both its weights are 0
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  guided_samples: int = 4, critique_batch_size: int = 0, critique_acc_range: tuple = (0.0, 0.9),
                  critique_zero_pass_floor: float = 0.125, replay_acc_range: tuple = (0.0, 0.0),
                  max_replay_per_query: int = 0, critique_advantage_scale: float = 2.0,
-                 verdict_advantage: float = 1.0, critique_max_new_tokens: int = 384, guided_max_new_tokens: int = 0,
+                 verdict_advantage: float = 1.0, critique_max_new_tokens: int = 0, guided_max_new_tokens: int = 0,
                  format_penalty_missing: float = -0.5, format_penalty_short_hint: float = -0.25,
                  min_hint_words: int = 10, task_pooling: str = "per_task", critique_weight: float = 1.0,
                  guided_weight: float = 1.0, rescore_rows: int = 16, rescore_chunk: int = 0,
@@ -295,7 +297,9 @@ class CURE(GRPO):
         max_replay_per_query:      cap on replayed samples per query (0 = K, the authors' cap; -1 = none)
         critique_advantage_scale:  c in c * (g + format penalty - acc(x))
         verdict_advantage:         the fixed advantage of the teacher-forced verdict tokens
-        critique_max_new_tokens:   generation budget of a critique after its verdict (and its forced check)
+        critique_max_new_tokens:   generation budget of a critique after its verdict (and its forced check); 0 =
+                                   the trainer's max_new_tokens, as the authors' run gives critiques its whole
+                                   response budget (4,096; docs/methods/cure.md)
         guided_max_new_tokens:     budget of a guided solution (0 = the trainer's max_new_tokens)
         format_penalty_missing / format_penalty_short_hint / min_hint_words: the critique format penalty
         task_pooling:              per_task (each task's loss averaged over its own tokens, summed: the paper)
@@ -313,8 +317,9 @@ class CURE(GRPO):
                              "have their own budgets); set method.overlong_buffer=0 and method.overlong_filter=False")
         if int(guided_samples) < 1:
             raise ValueError(f"cure guided_samples (M) must be >= 1, got {guided_samples}")
-        if int(critique_max_new_tokens) < 1:
-            raise ValueError(f"cure critique_max_new_tokens must be >= 1, got {critique_max_new_tokens}")
+        if int(critique_max_new_tokens) < 0:
+            raise ValueError(f"cure critique_max_new_tokens must be >= 0 (0 = the trainer's max_new_tokens), got "
+                             f"{critique_max_new_tokens}")
         if int(guided_max_new_tokens) < 0 or int(critique_batch_size) < 0:
             raise ValueError("cure guided_max_new_tokens and critique_batch_size must be >= 0 (0 = the default), "
                              f"got {guided_max_new_tokens}, {critique_batch_size}")
@@ -368,32 +373,44 @@ class CURE(GRPO):
 
         need = longest_critique(task_of(data.source), task.train[:32], after_verdict, seed=config.seed,
                                 extent=data.inject_extent)
-        if need > self.critique_max_new_tokens:
-            raise ValueError(f"config method.extra.critique_max_new_tokens={self.critique_max_new_tokens} is shorter "
+        budget = self.critique_max_new_tokens or config.rl.max_new_tokens
+        if need > budget:
+            shown = self.critique_max_new_tokens or f"0 (= rl.max_new_tokens, {config.rl.max_new_tokens})"
+            raise ValueError(f"config method.extra.critique_max_new_tokens={shown} is shorter "
                              f"than a {data.source} critique after its verdict line under this tokenizer (up to {need} "
                              f"tokens): such critiques would be cut before their hint and fail to parse; set it to at "
                              f"least {need}, or train the BPE on the critique rows (tokenizer.aux_corpus=True) to "
                              "shorten them")
 
+    @property
+    def active(self) -> bool:
+        """Whether the part runs: with both its weights at 0 nothing is critiqued, re-solved or replayed."""
+        return bool(self.critique_weight or self.guided_weight)
+
     def terms(self) -> tuple[TermSpec, ...]:
-        """per_task: a PPO-clip term per task, then (beta > 0) a KL term per task in that task's aggregation,
-        weighted beta * the task's weight (the KL sits inside the task's loss, as in the GRPO objective).
-        pooled: one PPO-clip and one KL term over all three tasks."""
+        """The solve terms of the classes below (GRPO's "pg" and, with beta > 0, "kl"), then per_task: a PPO-clip
+        term per CURE task of weight > 0, then (beta > 0) a KL term per such task in its aggregation, weighted
+        beta * the task's weight (the KL sits inside the task's loss, as in the GRPO objective). pooled: one
+        PPO-clip and one KL term over all three tasks, in place of the solve terms."""
         l = self.loss
         agg = dict(aggregation=l.aggregation, max_len=l.max_len)
+        base = super().terms()
+        if not self.active:
+            return base
         if self.task_pooling == "pooled":
             t = [l.policy_term(CURE_TASKS, name="pg")]
             if l.beta:
                 t.append(kl_spec(CURE_TASKS, beta=l.beta, estimator=l.kl_estimator, name="kl", **agg))
-            return tuple(t)
-        # (task, policy term name, KL term name, weight); "pg" / "kl" keep GRPO's names for the solve task
-        tasks = (("solve", "pg", "kl", 1.0), ("critique", "critique", "critique_kl", self.critique_weight),
-                 ("guided_solve", "guided_solve", "guided_solve_kl", self.guided_weight))
+            return tuple(t) + tuple(x for x in base if x.name not in ("pg", "kl"))
+        tasks = [(task, pg, kl, w) for task, pg, kl, w in (
+            ("critique", "critique", "critique_kl", self.critique_weight),
+            ("guided_solve", "guided_solve", "guided_solve_kl", self.guided_weight)) if w]
         t = [l.policy_term((task,), name=pg, weight=w) for task, pg, _, w in tasks]
-        if l.beta:
-            t += [kl_spec((task,), beta=l.beta * w, estimator=l.kl_estimator, name=kl, **agg)
-                  for task, _, kl, w in tasks]
-        return tuple(t)
+        kls = [kl_spec((task,), beta=l.beta * w, estimator=l.kl_estimator, name=kl, **agg)
+               for task, _, kl, w in tasks] if l.beta else []
+        # Policy terms first, then the KL terms, as CURE alone always ordered them (the sum's order is its bits).
+        return (tuple(x for x in base if x.kind != "kl") + tuple(t) + tuple(x for x in base if x.kind == "kl")
+                + tuple(kls))
 
     def _replay_cap(self, group_size: int) -> Optional[int]:
         """Replayed samples allowed per query: K by default (the authors' min(#successes, group size))."""
@@ -408,7 +425,8 @@ class CURE(GRPO):
         wrong = ro.rewards.reshape(-1)[rows] <= 0.5
         fmt = "fields" if ctx.formats.critique_check is None else "worked_check"
         questions = [ro.examples[r // g].question for r in rows]
-        texts = [tok.render_prompt(critique_prompt(q, ro.texts[r], fmt)) for q, r in zip(questions, rows)]
+        wording = ctx.formats.prompt_wording
+        texts = [tok.render_prompt(critique_prompt(q, ro.texts[r], fmt, wording)) for q, r in zip(questions, rows)]
         prompts = tok.encode_ragged(texts)
         # The forced start, encoded on its own (not merged with the prompt's last token): the same ids the model
         # must produce by itself at test time.
@@ -416,9 +434,9 @@ class CURE(GRPO):
         if ctx.formats.critique_check is not None:
             heads = [f"{ctx.formats.critique_check(q, ro.texts[r])}\n{h}" for q, r, h in zip(questions, rows, heads)]
         verdicts = [tok.encode(h) for h in heads]
+        kw = {"max_new_tokens": self.critique_max_new_tokens} if self.critique_max_new_tokens else {}
         out = generate_rollouts(ctx.sample, tok, [p + v for p, v in zip(prompts, verdicts)],
-                                [ro.examples[r // g] for r in rows], num_samples=1,
-                                max_new_tokens=self.critique_max_new_tokens)
+                                [ro.examples[r // g] for r in rows], num_samples=1, **kw)
         generated, logprobs, sampling = list(out.completions), list(out.logprobs), list(out.sampling_logprobs)
         full = [h + r for h, r in zip(heads, out.texts)]
         return _Critiques(rows, prompts, verdicts, generated, logprobs, sampling, full, wrong)
@@ -426,7 +444,8 @@ class CURE(GRPO):
     def _guided(self, ro: Rollouts, examples: list, hints: list, ctx: Context):
         m = self.guided_samples
         tok = ctx.tokenizer
-        prompts = tok.encode_ragged([tok.render_prompt(guided_prompt(e.question, h, ctx.formats.guided_layout))
+        prompts = tok.encode_ragged([tok.render_prompt(guided_prompt(e.question, h, ctx.formats.guided_layout,
+                                                                   ctx.formats.prompt_wording))
                                      for e, h in zip(examples, hints)])
         kw = {"max_new_tokens": self.guided_max_new_tokens} if self.guided_max_new_tokens else {}
         out = generate_rollouts(ctx.sample, tok, prompts, examples, num_samples=m, reward=ctx.reward, **kw)
@@ -435,6 +454,14 @@ class CURE(GRPO):
     # -------------------------------------------------------------------------------------- build
 
     def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
+        """The rows of the classes below (in a union: verify, correct) with their solve rows replaced by CURE's
+        (the same samples plus replay, on enlarged groups), then the critique and guided_solve rows."""
+        base, base_metrics = super().build(rollouts, ctx)
+        if not self.active:
+            return base, base_metrics
+        ctx = self.part_context(ctx, "critique")
+        others = np.asarray(base.task_id) != TASKS["solve"]
+        base = jax.tree.map(lambda x: x[others], base)
         ro = rollouts
         q, k = ro.rewards.shape
         if len(ro.completions) != q * k:
@@ -443,7 +470,8 @@ class CURE(GRPO):
             raise ValueError("CURE recomputes pi_old of replayed and teacher-forced tokens: the Context needs "
                              "`model` and the current `params`")
         acc = query_accuracy(ro.rewards)
-        metrics: dict[str, Any] = {"cure/zero_pass_frac": float(np.mean(acc == 0.0))}
+        # The solve metrics below (enlarged groups) replace those of the plain groups.
+        metrics: dict[str, Any] = {**base_metrics, "cure/zero_pass_frac": float(np.mean(acc == 0.0))}
 
         batch_size = self.critique_batch_size or (q * k) // 2
         rows = select_critique_rows(ro.rewards, self.critique_acc_range, batch_size, ctx.rng,
@@ -504,7 +532,7 @@ class CURE(GRPO):
         advs = ([a * w for a, w in zip(adv.base.reshape(-1), solve_w)] +
                 [float(a) for r in adv.replay for a in r])
         olds = list(ro.logprobs) + replay_lps
-        batches = [build_token_batch(prompts, comps, advs, olds, "solve", pad_id=ctx.pad_id)]
+        batches = [base, build_token_batch(prompts, comps, advs, olds, "solve", pad_id=ctx.pad_id)]
         metrics.update({f"solve/{n}": float(v) for n, v in
                         adv_lib.group_metrics(adv.rewards, adv.valid, advantages=adv.advantages).items()})
         metrics["replay/rows"] = len(flat_replay)
@@ -527,7 +555,9 @@ class CURE(GRPO):
                 c_adv.append(seg)
             c_comps = [v + gen for v, gen in zip(crit.verdicts, crit.generated)]
             c_olds = [np.concatenate([vl, gl]) for vl, gl in zip(verdict_lps, crit.logprobs)]
-            batches.append(build_token_batch(crit.prompts, c_comps, c_adv, c_olds, "critique", pad_id=ctx.pad_id))
+            if self.critique_weight:  # weight 0: the critiques only give the guided re-solve its hints
+                batches.append(build_token_batch(crit.prompts, c_comps, c_adv, c_olds, "critique",
+                                                 pad_id=ctx.pad_id))
             ok = np.array([not c.format_errors for c in parsed])
             metrics.update({
                 "critique/wrong_frac": float(crit.wrong.mean()),
@@ -539,13 +569,15 @@ class CURE(GRPO):
             })
 
         # --- guided_solve task (GRPO per (x, hint) group)
-        metrics["guided_solve/rows"] = len(g_comps)
+        # weight 0: the guided solutions only score the critiques and feed the replay
+        metrics["guided_solve/rows"] = len(g_comps) if self.guided_weight else 0
         if g_comps:
             m = self.guided_samples
             g_adv = group_advantages(g_scores, self.estimator, **self.estimator_kwargs)
-            batches.append(build_token_batch([g_prompts[i // m] for i in range(len(g_comps))], g_comps,
-                                             [a * w for a, w in zip(g_adv.reshape(-1), guided_w)], g_lps,
-                                             "guided_solve", pad_id=ctx.pad_id))
+            if self.guided_weight:
+                batches.append(build_token_batch([g_prompts[i // m] for i in range(len(g_comps))], g_comps,
+                                                 [a * w for a, w in zip(g_adv.reshape(-1), guided_w)], g_lps,
+                                                 "guided_solve", pad_id=ctx.pad_id))
             metrics.update({f"guided_solve/{n}": float(v) for n, v in
                             adv_lib.group_metrics(g_scores, advantages=g_adv).items()})
             metrics["guided_solve/accuracy"] = float(g_correct.mean())
@@ -553,13 +585,11 @@ class CURE(GRPO):
             if zp:
                 metrics["guided_solve/zero_pass_accuracy"] = float(g_correct[zp].mean())
         # Tokens this step generated beyond the rollouts (critiques after their forced verdict, guided solutions):
-        # what CURE spends over GRPO for the same number of RL steps.
-        metrics["generate/extra_tokens"] = float(sum(len(x) for x in (crit.generated if crit else []))
-                                                 + sum(len(x) for x in g_comps))
-        return concat_batches(batches), metrics
+        # what CURE spends over GRPO for the same number of RL steps. A union's parts each log their own and add
+        # to the step's total.
+        metrics["cure/extra_tokens"] = float(sum(len(x) for x in (crit.generated if crit else []))
+                                             + sum(len(x) for x in g_comps))
+        metrics["generate/extra_tokens"] = metrics.get("generate/extra_tokens", 0.0) + metrics["cure/extra_tokens"]
+        return join_rows(batches), metrics
 
-    def state_dict(self) -> dict:
-        return {}  # no host state: every step is a function of its own rollouts
-
-    def load_state_dict(self, d: dict) -> None:
-        pass
+    # No host state of its own: every step is a function of its own rollouts (GRPO's state_dict, or a union's).

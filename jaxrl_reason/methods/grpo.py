@@ -7,7 +7,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from jaxrl_reason.knobs import check_known
-from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.base import Context, Rollouts, part_context
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, register_task
 from jaxrl_reason.rl.importance import check_tis, truncated_is_weights
@@ -154,6 +154,21 @@ class GRPO:
 
     # What the method trains beside the policy: None | "head" | "separate" (PPO's critic, attached by `prepare`).
     critic: Optional[str] = None
+
+    # The self-checking part a class adds to the solve rows ("verify", "critique", "correct"), declared on that
+    # class alone; a class whose MRO holds more than one is a union (`parts`).
+    part: Optional[str] = None
+
+    @classmethod
+    def parts(cls) -> tuple[str, ...]:
+        """The parts along the MRO, outermost first (RLV: ("verify",); CIPOV: ("correct", "verify"))."""
+        return tuple(dict.fromkeys(c.__dict__["part"] for c in cls.__mro__ if c.__dict__.get("part")))
+
+    def part_context(self, ctx: Context, part: str) -> Context:
+        """The Context a part builds its rows with: in a union, the part's own randomness and sampler stream
+        (`methods.base.part_context`), so that the batch does not depend on the order of the union's classes;
+        a method of one part uses `ctx` as it is."""
+        return part_context(ctx, part) if len(self.parts()) > 1 else ctx
 
     def check(self, config, task, tokenizer) -> None:
         """Start-up hook: fails before any training when the method cannot run on the run's typed `config`

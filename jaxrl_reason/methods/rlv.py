@@ -23,9 +23,9 @@ from typing import Optional
 import numpy as np
 
 from jaxrl_reason.inference.verifier import verifier_accuracy, verify_rows
-from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.base import Context, Rollouts, join_rows
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig
-from jaxrl_reason.rl.batch import TokenBatch, build_token_batch, concat_batches
+from jaxrl_reason.rl.batch import TokenBatch, build_token_batch
 from jaxrl_reason.rl.losses import TermSpec, sft_spec
 
 
@@ -84,6 +84,7 @@ def worked_check_targets(tokenizer, verify_target, questions, solutions, rows) -
 class RLV(GRPO):
     name = "rlv"
     tasks = ("solve", "verify")
+    part = "verify"
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  verify_weight: float = 1.0, balance: str = "subsample", max_verify_rows: int = 0,
@@ -98,10 +99,15 @@ class RLV(GRPO):
         self.max_verify_rows, self.measure_verifier = int(max_verify_rows), measure_verifier
 
     def terms(self) -> tuple[TermSpec, ...]:
+        if not self.verify_weight:  # lambda = 0: no verify rows, no term
+            return super().terms()
         return super().terms() + (sft_spec(("verify",), name="verify", weight=self.verify_weight),)
 
     def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
         solve, metrics = super().build(rollouts, ctx)
+        if not self.verify_weight:  # the part is off: no rows, no verifier measurement
+            return solve, metrics
+        ctx = self.part_context(ctx, "verify")
         g = rollouts.group_size
         labels = rollouts.rewards.reshape(-1) > 0.5
         idx = balanced_indices(labels, ctx.rng, balance=self.balance, max_rows=self.max_verify_rows,
@@ -122,4 +128,4 @@ class RLV(GRPO):
                                     check_tokens=max(map(len, targets)) - 1)
             metrics.update({f"verify/{k}": acc[k] for k in ("acc_positive", "acc_negative", "balanced_acc")})
         verify = build_token_batch(rows.prompts, targets, [0.0] * len(idx), None, "verify", pad_id=ctx.pad_id)
-        return concat_batches([solve, verify]), metrics
+        return join_rows([solve, verify]), metrics

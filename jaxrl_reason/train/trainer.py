@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import os
 import time
+import zlib
 from typing import Any, Callable, Optional, Sequence
 
 import jax
@@ -324,12 +325,17 @@ class Trainer:
         host_rng = np.random.default_rng(np.asarray(jax.device_get(k_method)).tolist())
         # Each generation a method asks for in this step (CURE: critiques, then guided solutions) gets its own
         # key; one shared key would make the second call reuse the first call's uniforms row by row.
-        calls = itertools.count(1)
-        ctx = Context(self.tokenizer,
-                      lambda p, **kw: self._sample(p, jax.random.fold_in(k_method, next(calls)), **kw),
-                      self._reward, host_rng, self.tokenizer.pad_id, self.model, self.state.params,
-                      temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens,
-                      formats=self.formats)
+        def sampler(key):
+            calls = itertools.count(1)
+            return lambda p, **kw: self._sample(p, jax.random.fold_in(key, next(calls)), **kw)
+
+        # A union's parts each sample from their own stream (methods.base.part_context), under fold_in(k_method,
+        # 0), a key the default stream (calls 1, 2, ...) never draws.
+        part_keys = jax.random.fold_in(k_method, 0)
+        streams = lambda part: sampler(jax.random.fold_in(part_keys, zlib.crc32(part.encode()) % 2**31))
+        ctx = Context(self.tokenizer, sampler(k_method), self._reward, host_rng, self.tokenizer.pad_id, self.model,
+                      self.state.params, temperature=self._scoring_temperature(), max_new_tokens=c.max_new_tokens,
+                      formats=self.formats, streams=streams)
         batch, method_metrics = self.method.build(ro, ctx)
         if c.num_mini_batches == 1:
             minis = [batch]
