@@ -348,7 +348,8 @@ def check_guided_rows(rc: RunConfig, task: TaskData) -> list:
         return []
     questions = list(task.train[heldout_questions(s.check_questions):s.check_questions])
     return auxiliary_rows(task_of(rc.data.source), questions, verify=0, critique=0, correct=0, guided=n,
-                          seed=rc.setup_seed, guided_layout=rc.data.guided_layout, critique_format=rc.data.critique_format,
+                          seed=rc.setup_seed, guided_layout=rc.data.guided_layout,
+                          critique_format=rc.data.critique_format,
                           prompt_wording=rc.data.prompt_wording)
 
 
