@@ -40,7 +40,7 @@ from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.rl.batch import TASKS, TokenBatch, build_token_batch
 from jaxrl_reason.rl.importance import truncated_is_weights
-from jaxrl_reason.rl.losses import TermSpec, kl_spec
+from jaxrl_reason.rl.losses import TermSpec
 from jaxrl_reason.rl.scoring import completion_logprobs
 
 CURE_TASKS = ("solve", "critique", "guided_solve")
@@ -392,25 +392,15 @@ class CURE(GRPO):
         term per CURE task of weight > 0, then (beta > 0) a KL term per such task in its aggregation, weighted
         beta * the task's weight (the KL sits inside the task's loss, as in the GRPO objective). pooled: one
         PPO-clip and one KL term over all three tasks, in place of the solve terms."""
-        l = self.loss
-        agg = dict(aggregation=l.aggregation, max_len=l.max_len)
         base = super().terms()
         if not self.active:
             return base
         if self.task_pooling == "pooled":
-            t = [l.policy_term(CURE_TASKS, name="pg")]
-            if l.beta:
-                t.append(kl_spec(CURE_TASKS, beta=l.beta, estimator=l.kl_estimator, name="kl", **agg))
-            return tuple(t) + tuple(x for x in base if x.name not in ("pg", "kl"))
-        tasks = [(task, pg, kl, w) for task, pg, kl, w in (
-            ("critique", "critique", "critique_kl", self.critique_weight),
-            ("guided_solve", "guided_solve", "guided_solve_kl", self.guided_weight)) if w]
-        t = [l.policy_term((task,), name=pg, weight=w) for task, pg, _, w in tasks]
-        kls = [kl_spec((task,), beta=l.beta * w, estimator=l.kl_estimator, name=kl, **agg)
-               for task, _, kl, w in tasks] if l.beta else []
+            return self.loss.terms(CURE_TASKS) + tuple(x for x in base if x.name not in ("pg", "kl"))
+        t = sum((self.loss.terms((task,), name=task, kl_name=f"{task}_kl", weight=w)
+                 for task, w in (("critique", self.critique_weight), ("guided_solve", self.guided_weight)) if w), ())
         # Policy terms first, then the KL terms, as CURE alone always ordered them (the sum's order is its bits).
-        return (tuple(x for x in base if x.kind != "kl") + tuple(t) + tuple(x for x in base if x.kind == "kl")
-                + tuple(kls))
+        return tuple(x for x in base + t if x.kind != "kl") + tuple(x for x in base + t if x.kind == "kl")
 
     def _replay_cap(self, group_size: int) -> Optional[int]:
         """Replayed samples allowed per query: K by default (the authors' min(#successes, group size))."""
