@@ -265,3 +265,71 @@ def test_compare_reports_strategies_at_matched_budgets_and_their_paired_differen
 
     strategy_budget_curves(b["table"], path=tmp_path / "s.png")
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------------------------------- as a conversation
+def test_refinement_and_correction_as_turns_of_one_conversation(ckpt):
+    from jaxrl_reason.inference.correction import self_correct
+    from jaxrl_reason.inference.refine import next_turn, self_refine
+    from jaxrl_reason.data.prompts import guided_prompt, replay_correction_prompt
+
+    _, tok = loaded(ckpt)
+    exs = arithmetic_examples(2, seed=12)
+    stop = tok.stop_ids[0]
+    critique = ("ERROR_FOUND: true\nERROR_QUOTE: the last line\nWHY_IT_MATTERS: it changes the sum\n"
+                "HIGH_LEVEL_HINT: add the numbers again one at a time and check every carry before the end")
+    seen = []
+
+    def generate(prompts, *, max_new_tokens):
+        seen.append([list(p) for p in prompts])
+        text = critique if len(seen) % 2 == 1 else "so \\boxed{3}"
+        return [tok.encode(text) + [stop] for _ in prompts]
+
+    def reward(texts, examples):
+        return RewardResult(scores=[0.0] * len(texts), details=[{}] * len(texts))
+
+    res = self_refine(None, tok, exs, reward, rounds=2, max_new_tokens=8, generate=generate, initial=["it is 5"] * 2,
+                      conversation=True)
+    solve = tok.encode(tok.render_prompt(solve_prompt(exs[0].question)))
+    history = solve + tok.encode("it is 5")
+    c1 = next_turn(tok, history, critique_prompt(exs[0].question, "it is 5"), tok.stop_ids)
+    assert seen[0][0] == c1 and c1[:len(history)] == history
+    g1 = seen[1][0]
+    hint = "add the numbers again one at a time and check every carry before the end"
+    assert g1 == next_turn(tok, c1 + tok.encode(critique) + [stop], guided_prompt(exs[0].question, hint),
+                           tok.stop_ids)
+    assert seen[2][0][:len(g1)] == g1  # round 2's critique continues after round 1's re-solve
+    turns = res.turns
+    assert turns["critique"][0, 0] == len(tok.encode(critique)) + 1 and turns["resolve"][0, 0] == 1 + len(
+        tok.encode("so \\boxed{3}"))
+    # what a cache continuation would prefill: only the new user turns
+    assert turns["new_prompt"][0, 0] == (len(c1) - len(history)) + (len(g1) - len(c1) - len(tok.encode(critique)))
+    assert turns["prompt"][0, 0] == len(c1) + len(g1)
+    # single-turn (the default): every prompt is fresh, so all of it is new
+    seen.clear()
+    plain = self_refine(None, tok, exs, reward, rounds=1, max_new_tokens=8, generate=generate,
+                        initial=["it is 5"] * 2)
+    assert seen[0][0] == tok.encode(tok.render_prompt(critique_prompt(exs[0].question, "it is 5")))
+    np.testing.assert_array_equal(plain.turns["prompt"], plain.turns["new_prompt"])
+
+    seen.clear()
+    out = self_correct(generate, tok, exs, ["it is 5"] * 2, reward, rounds=2, conversation=[solve, solve])
+    ask1 = next_turn(tok, history, replay_correction_prompt(exs[0].question, "it is 5"), tok.stop_ids)
+    assert seen[0][0] == ask1 and seen[1][0][:len(ask1)] == ask1
+    assert out.new_prompt_tokens[1, 0] == len(ask1) - len(history) and out.prompt_tokens[1, 0] == len(ask1)
+
+
+def test_as_conversation_end_to_end(ckpt):
+    model, tok = loaded(ckpt)
+    examples = load_data(str(ckpt / "data.jsonl"))
+    spec = EvalSpec(n=2, max_new_tokens=6, num_subsets=10, progress=False, refine_rounds=1, correction_rounds=1,
+                    critique_max_new_tokens=6, as_conversation=True, combined_n=2, combined_threshold=1.0,
+                    combined_revise="correct", budget_multiples="1,2")
+    res = evaluate_run(model, tok, examples, spec)
+    r, c = res["refinement"], res["correction"]
+    assert r["config"]["as_conversation"] and c["as_conversation"] and res["combined"]["config"]["as_conversation"]
+    assert r["turn_tokens"]["prompt"][0] > r["turn_tokens"]["new_prompt"][0] > 0
+    assert c["turn_tokens"]["prompt"][1] > c["turn_tokens"]["new_prompt"][1] > 0
+    assert r["rows"][1]["tokens"] == pytest.approx(r["rows"][0]["tokens"] + r["turn_tokens"]["critique"][0]
+                                                   + r["turn_tokens"]["resolve"][0])
+    assert "## Turns" in markdown_table(res) and res["budgets"]["multiples"] == [1, 2]

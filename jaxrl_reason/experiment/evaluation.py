@@ -103,6 +103,9 @@ class EvalSpec:
     combined_threshold: float = _knob(0.5, "revise the samples whose score is <= this (1: every sample)")
     combined_bottom: float = _knob(0.0, "revise instead the ceil(BOTTOM x k) lowest-scored of k samples (0: use "
                                    "combined_threshold)")
+    as_conversation: bool = _knob(False, "self-refinement's and self-correction's rounds (and the combined "
+                                  "strategy's revisions) as turns of one conversation after the solve, each prompt "
+                                  "the trained one as the next user turn (default: fresh single-turn prompts)")
     budget_multiples: tuple = _knob((1, 2, 4, 8), "comma-separated budgets in units of one pool sample's mean "
                                     "tokens: every strategy's accuracy there (empty: no budget table)")
 
@@ -234,7 +237,7 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
             temperature=spec.temperature if spec.refine_temperature is None else spec.refine_temperature,
             top_p=spec.top_p, top_k=spec.top_k, seed=spec.seed, batch_size=spec.batch_size,
             num_subsets=spec.num_subsets, guided_layout=spec.guided_layout, critique_format=spec.critique_format,
-            prompt_wording=spec.prompt_wording)
+            prompt_wording=spec.prompt_wording, conversation=spec.as_conversation)
     if spec.length_budgets:
         # The main pool serves the budget equal to max_new_tokens; other budgets draw fresh samples.
         pools = [results if b == spec.max_new_tokens else
@@ -256,7 +259,8 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
                                                     reward_fn=reward_fn, max_new_tokens=spec.max_new_tokens,
                                                     seed=spec.seed, batch_size=spec.batch_size,
                                                     correction_format=spec.correction_format,
-                                                    correction_max_new_tokens=spec.correction_max_new_tokens)
+                                                    correction_max_new_tokens=spec.correction_max_new_tokens,
+                                                    conversation=spec.as_conversation)
     if problems is not None:
         from jaxrl_reason.inference.correction import evaluate_debug_bench
 
@@ -301,19 +305,21 @@ def _self_check_strategies(results: dict, model, tokenizer, examples, spec: Eval
             revise = sc.refine_reviser(model, tokenizer, reward_fn, max_new_tokens=spec.max_new_tokens,
                                        critique_max_new_tokens=spec.critique_max_new_tokens,
                                        guided_layout=spec.guided_layout, critique_format=spec.critique_format,
-                                       wording=spec.prompt_wording, generate=generate)
+                                       wording=spec.prompt_wording, generate=generate,
+                                       conversation=spec.as_conversation)
         else:
             revise = sc.correct_reviser(tokenizer, reward_fn, generate=generate,
                                         max_new_tokens=spec.correction_max_new_tokens or spec.max_new_tokens,
                                         answer_instruction=answer_instruction or SOLVE_INSTRUCTION,
-                                        correction_format=spec.correction_format)
-        ks = [k for k in results["ks"] if k <= spec.combined_n] or [spec.combined_n]
+                                        correction_format=spec.correction_format,
+                                        conversation=spec.as_conversation)
+        ks = sorted({k for k in results["ks"] if k <= spec.combined_n} | {spec.combined_n})
         combined = sc.combined_strategy(model, tokenizer, examples, reward_fn, results, scorer=scorer,
                                         revise=revise, n=spec.combined_n, ks=ks, threshold=spec.combined_threshold,
                                         bottom=spec.combined_bottom)
         combined["config"] = {"n": spec.combined_n, "score": spec.combined_score, "revise": spec.combined_revise,
                               "threshold": spec.combined_threshold, "bottom": spec.combined_bottom,
-                              "temperature": temperature}
+                              "temperature": temperature, "as_conversation": spec.as_conversation}
         results["combined"] = combined
     if spec.budget_multiples:
         results["budgets"] = sc.matched_budgets(results, spec.budget_multiples)
@@ -517,6 +523,23 @@ def _self_check_sections(results: dict) -> list:
                   "critiques, re-solves or corrections); prefill: scoring prompts; revised: share of samples sent. "
                   f"{c['revisions']} revisions asked, {c['revisions_made']} written.", "",
                   format_table(c["rows"], ["k", "acc", "tokens", "prefill", "revised"])]
+    turn_rows = []
+    if "turn_tokens" in results.get("refinement", {}):
+        tt = results["refinement"]["turn_tokens"]
+        turn_rows += [{"strategy": "self-refinement", "round": t + 1, "generated": tt["critique"][t] + tt["resolve"][t],
+                       "prompt": tt["prompt"][t], "new_prompt": tt["new_prompt"][t]} for t in range(len(tt["prompt"]))]
+    if "turn_tokens" in results.get("correction", {}):
+        tt = results["correction"]["turn_tokens"]
+        turn_rows += [{"strategy": "self-correction", "round": t, "generated": tt["generated"][t],
+                       "prompt": tt["prompt"][t], "new_prompt": tt["new_prompt"][t]}
+                      for t in range(1, len(tt["prompt"]))]
+    if turn_rows:
+        conv = results.get("refinement", {}).get("config", {}).get("as_conversation") or results.get(
+            "correction", {}).get("as_conversation")
+        lines += ["", f"## Turns ({'one conversation' if conv else 'single-turn prompts'})", "",
+                  "Per question, per round: tokens generated; prompt tokens the model read before them (prompt); of "
+                  "them, new since the last turn (new_prompt: what a prefill continuing from a KV cache reads).", "",
+                  format_table(turn_rows, ["strategy", "round", "generated", "prompt", "new_prompt"])]
     if "budgets" in results:
         b = results["budgets"]
         ms = b["multiples"]

@@ -237,7 +237,7 @@ def combined_strategy(model, tokenizer, examples: Sequence[Any], reward_fn: Call
 
 def refine_reviser(model, tokenizer, reward_fn: Callable, *, max_new_tokens: int, critique_max_new_tokens=None,
                    guided_layout: str = "after", critique_format: str = "fields", wording: str = "short",
-                   generate=None) -> Callable:
+                   generate=None, conversation: bool = False) -> Callable:
     """CURE's revision for `combined_strategy`: one round of `refine.self_refine` from the given solution (critique,
     then the guided re-solve unless the verdict says no error, which leaves no revision)."""
     from jaxrl_reason.inference.refine import VERDICT_NO_ERROR, self_refine
@@ -246,21 +246,26 @@ def refine_reviser(model, tokenizer, reward_fn: Callable, *, max_new_tokens: int
         res = self_refine(model, tokenizer, examples, reward_fn, rounds=1, max_new_tokens=max_new_tokens,
                           critique_max_new_tokens=critique_max_new_tokens, generate=generate, initial=list(texts),
                           initial_tokens=[0] * len(texts), guided_layout=guided_layout,
-                          critique_format=critique_format, prompt_wording=wording)
+                          critique_format=critique_format, prompt_wording=wording, conversation=conversation)
         return list(res.solutions), res.tokens[1].tolist(), (res.verdicts[0] != VERDICT_NO_ERROR).tolist()
 
     return revise
 
 
 def correct_reviser(tokenizer, reward_fn: Callable, *, generate, max_new_tokens: int, answer_instruction: str,
-                    correction_format: str = "solution") -> Callable:
-    """CIPO's revision for `combined_strategy`: one `correction.self_correct` round of the given attempt."""
+                    correction_format: str = "solution", conversation: bool = False) -> Callable:
+    """CIPO's revision for `combined_strategy`: one `correction.self_correct` round of the given attempt (with
+    `conversation`, as the user turn after the pool's solve prompt and the attempt)."""
+    from jaxrl_reason.data.prompts import solve_prompt
     from jaxrl_reason.inference.correction import self_correct
 
     def revise(examples, texts, correct):
+        first = (tokenizer.encode_ragged([tokenizer.render_prompt(solve_prompt(e.question)) for e in examples])
+                 if conversation else None)
         res = self_correct(generate, tokenizer, examples, list(texts), reward_fn, rounds=1,
                            max_new_tokens=max_new_tokens, answer_instruction=answer_instruction,
-                           attempt_correct=list(correct), correction_format=correction_format)
+                           attempt_correct=list(correct), correction_format=correction_format,
+                           conversation=first)
         return list(res.texts), res.tokens[1].tolist(), [True] * len(texts)
 
     return revise
