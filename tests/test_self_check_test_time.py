@@ -333,3 +333,16 @@ def test_as_conversation_end_to_end(ckpt):
     assert r["rows"][1]["tokens"] == pytest.approx(r["rows"][0]["tokens"] + r["turn_tokens"]["critique"][0]
                                                    + r["turn_tokens"]["resolve"][0])
     assert "## Turns" in markdown_table(res) and res["budgets"]["multiples"] == [1, 2]
+
+
+def test_compare_fills_in_the_runs_prompt_wording():
+    from jaxrl_reason.configs.testbed_latin_self_check import get_config
+    from jaxrl_reason.experiment.config import read_run_config
+
+    cfg = get_config()
+    cfg.data.prompt_wording = "authors"
+    rc = read_run_config(cfg)
+    assert cmp.resolve_spec(EvalSpec(prompt_wording=None), rc).prompt_wording == "authors"
+    assert cmp.resolve_spec(EvalSpec(), rc).prompt_wording == "short"  # a spec's own value stays
+    with pytest.raises(ValueError, match="prompt_wording"):
+        evaluate_run(None, None, [], EvalSpec(prompt_wording=None))

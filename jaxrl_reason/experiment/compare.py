@@ -268,13 +268,13 @@ def _checkpoint_digest(path: str) -> str:
 def resolve_spec(spec: EvalSpec, rc) -> EvalSpec:
     """The spec's run-own fields (None, `evaluation.RUN_OWN`) filled from the run: its completion budget,
     temperature, seed, the check its verifier writes (data.check_tokens when data.verify_format writes one, else 0)
-    and its guided layout, critique and correction formats."""
+    and its guided layout, critique and correction formats and prompt wording."""
     from jaxrl_reason.data.testbed import CHECK_FORMATS
 
     fill = {"max_new_tokens": rc.rl.max_new_tokens, "temperature": rc.rl.temperature, "seed": rc.seed,
             "check_tokens": rc.data.check_tokens if rc.data.verify_format in CHECK_FORMATS else 0,
             "guided_layout": rc.data.guided_layout, "critique_format": rc.data.critique_format,
-            "correction_format": rc.data.correction_format}
+            "correction_format": rc.data.correction_format, "prompt_wording": rc.data.prompt_wording}
     return dataclasses.replace(spec, **{k: v for k, v in fill.items() if getattr(spec, k) is None})
 
 
