@@ -346,3 +346,24 @@ def test_compare_fills_in_the_runs_prompt_wording():
     assert cmp.resolve_spec(EvalSpec(), rc).prompt_wording == "short"  # a spec's own value stays
     with pytest.raises(ValueError, match="prompt_wording"):
         evaluate_run(None, None, [], EvalSpec(prompt_wording=None))
+
+
+def test_the_cli_reads_the_new_flags_into_the_spec():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "evaluate.py"
+    spec = importlib.util.spec_from_file_location("evaluate_cli", path)
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    args = cli._parser().parse_args(["--model", "m", "--out", "o", "--n", "4", "--critique-score", "--combined-n",
+                                     "4", "--combined-revise", "correct", "--combined-bottom", "0.25",
+                                     "--as-conversation", "--budget-multiples", "1,2", "--prompt-wording",
+                                     "authors"])
+    s = cli.spec_from_args(args)
+    assert (s.critique_score, s.combined_n, s.combined_revise, s.combined_bottom, s.as_conversation,
+            s.budget_multiples, s.prompt_wording) == (True, 4, "correct", 0.25, True, (1, 2), "authors")
+    assert cli.spec_from_args(cli._parser().parse_args(["--model", "m", "--out", "o"])).budget_multiples == (
+        1, 2, 4, 8)
+    with pytest.raises(SystemExit, match="--combined-n must lie in"):
+        cli.spec_from_args(cli._parser().parse_args(["--model", "m", "--out", "o", "--n", "2", "--combined-n", "3"]))
