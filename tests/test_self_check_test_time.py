@@ -367,3 +367,9 @@ def test_the_cli_reads_the_new_flags_into_the_spec():
         1, 2, 4, 8)
     with pytest.raises(SystemExit, match="--combined-n must lie in"):
         cli.spec_from_args(cli._parser().parse_args(["--model", "m", "--out", "o", "--n", "2", "--combined-n", "3"]))
+
+
+def test_the_pool_strategies_need_questions():
+    for field, value in (("critique_score", True), ("combined_n", 2)):
+        with pytest.raises(ValueError, match=f"{field} evaluate a pool"):
+            evaluate_run(None, None, None, EvalSpec(n=2, **{field: value}), problems=["a buggy program"])

@@ -202,7 +202,8 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
     if examples is None:
         pool_only = [f for f, on in (("judge", judge), ("refine_rounds", spec.refine_rounds),
                                      ("length_budgets", spec.length_budgets), ("budget_forcing", spec.budget_forcing),
-                                     ("check_tokens", spec.check_tokens)) if on]
+                                     ("check_tokens", spec.check_tokens), ("critique_score", spec.critique_score),
+                                     ("combined_n", spec.combined_n)) if on]
         if pool_only:
             raise ValueError(f"{', '.join(pool_only)} evaluate a pool of samples of questions; give examples")
     start = time.time()
