@@ -11,11 +11,13 @@ on the test-time evaluation of each final checkpoint on its held-out split (`exp
 fields; max_new_tokens, temperature, seed, check_tokens and the guided layout / critique / correction formats
 default to each run's own); without it the report holds the runs' greedy held-out accuracy only.
 
-Cells train in OUT/runs/ARM/seedSEED (`experiment.pipeline.run`), arms with the same warm-up settings start from one
-warm-up (OUT/warmups/), evaluations are cached by checkpoint and spec (OUT/evals/), so a killed compare rerun with
-the same command trains and evaluates only what is missing. Writes OUT/summary.md (per-arm medians and per-seed
-values, differences against the baseline with bootstrap intervals, pooled over seeds), summary.json and curves.png
-(held-out accuracy against training tokens, mean +- s.e. over seeds). `jaxrl_reason.experiment.compare` holds it all.
+`--set warmup_seed=S` starts every seed's RL from one warm-up, trained at seed S on seed S's data (the seeds then
+vary the RL loop only). Cells train in OUT/runs/ARM/seedSEED (`experiment.pipeline.run`), arms with the same
+warm-up settings start from one warm-up (OUT/warmups/), evaluations are cached by checkpoint and spec
+(OUT/evals/), so a killed compare rerun with the same command trains and evaluates only what is missing. Writes
+OUT/summary.md (per-arm medians and per-seed values, differences against the baseline with bootstrap intervals,
+pooled over seeds), summary.json and curves.png (held-out accuracy against training tokens, mean +- s.e. over
+seeds). `jaxrl_reason.experiment.compare` holds it all.
 """
 from __future__ import annotations
 

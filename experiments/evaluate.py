@@ -92,9 +92,6 @@ def _as_flags(message: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
     args = _parser().parse_args(argv)
-    from jaxrl_reason.models.hf_port import load_pretrained
-    from jaxrl_reason.tokenization import Tokenizer
-
     try:
         spec = spec_from_args(args)
         if args.data is None and not args.debug_bench:
@@ -103,27 +100,15 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         start = time.time()
         problems = evaluation.load_debug_bench(args.debug_bench) if args.debug_bench else None
         examples = evaluation.load_data(args.data) if args.data else None
-        grader = evaluation.example_grader(examples[:spec.limit or None], spec.grader) if examples else None
-        reward_fn = evaluation.example_reward(grader, spec.answer_extraction) if examples else None
-        if examples is None and (args.judge or spec.refine_rounds or spec.length_budgets or spec.budget_forcing
-                                 or spec.check_tokens):
-            evaluation.evaluate_run(None, None, None, spec, judge=args.judge, problems=problems)  # refuses
+        evaluation.check_request(spec, examples, problems, judge=args.judge)  # before any model is loaded
+        model, tokenizer = evaluation.load_policy(args.model, args.tokenizer, args.dtype)
+        judge = evaluation.load_policy(args.judge, args.judge_tokenizer, args.dtype) if args.judge else None
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(_as_flags(str(e)).replace("give examples", "add --data")) from None
-    model = load_pretrained(args.model, args.dtype)
-    tokenizer = Tokenizer.from_pretrained(args.tokenizer or args.model)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise SystemExit(f"tokenizer {args.tokenizer or args.model} has {tokenizer.vocab_size} ids but the model's "
-                         f"embedding has {model.config.vocab_size} rows; pass the model's own --tokenizer")
-    judge = None
-    if args.judge:
-        judge = (load_pretrained(args.judge, args.dtype),
-                 Tokenizer.from_pretrained(args.judge_tokenizer or args.judge))
-    results = evaluation.evaluate_run(model, tokenizer, examples, spec, reward_fn=reward_fn, judge=judge,
-                                      problems=problems)
+    results = evaluation.evaluate_run(model, tokenizer, examples, spec, judge=judge, problems=problems)
     results["config"].update({"model": args.model, "tokenizer": args.tokenizer or args.model, "data": args.data,
-                              "grader": grader, "debug_bench": args.debug_bench, "judge": args.judge,
-                              "dtype": args.dtype, "wall_seconds": time.time() - start})
+                              "debug_bench": args.debug_bench, "judge": args.judge, "dtype": args.dtype,
+                              "wall_seconds": time.time() - start})
     paths = evaluation.write_outputs(results, args.out)
     print(evaluation.markdown_table(results))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

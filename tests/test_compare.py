@@ -266,3 +266,58 @@ def test_compare_end_to_end(compared):
     cmp.compare(tiny_base(), ["a", "b:rl.lr=1e-3", "c:sft.lr=1e-3"], [0], baseline="a", out_dir=str(out),
                 train=fake_train, plot=False)
     assert done == ["c"]
+
+
+def test_warmup_seed_shares_one_warmup_over_run_seeds(tmp_path):
+    from jaxrl_reason.experiment.config import read_run_config
+
+    key = lambda *o: cmp.warmup_key(read_run_config(cmp.apply_overrides(tiny_base(), list(o))))  # noqa: E731
+    assert key("seed=1", "warmup_seed=0") == key("seed=2", "warmup_seed=0") == key()
+    assert key("seed=0", "warmup_seed=1") == key("seed=1") != key()
+    rc = read_run_config(cmp.apply_overrides(tiny_base(), ["seed=3", "warmup_seed=1"]))
+    assert (rc.setup_seed, rc.seed, rc.rl.seed) == (1, 3, 3)
+    with pytest.raises(ValueError, match="warmup_seed=-2"):
+        read_run_config(cmp.apply_overrides(tiny_base(), ["warmup_seed=-2"]))
+
+    # through compare: seeds 5 and 6 of one arm, warm-up at seed 5: the second cell starts from the first's warm-up
+    seen = []
+
+    def fake_train(cfg):
+        rc = read_run_config(cfg)
+        shared = os.path.exists(os.path.join(cfg.workdir, "sft_model", "config.json"))
+        seen.append((rc.seed, rc.setup_seed, shared))
+        for d in ("sft_model", "final"):
+            os.makedirs(os.path.join(cfg.workdir, d), exist_ok=True)
+            open(os.path.join(cfg.workdir, d, "config.json"), "w").write("{}")
+        os.makedirs(os.path.join(cfg.workdir, "logs"), exist_ok=True)
+        open(os.path.join(cfg.workdir, "logs", "metrics.jsonl"), "w").write('{"step": 1, "length/mean": 4.0}\n')
+        json.dump({"before": {"accuracy": 0.5}, "after": {"accuracy": 0.5}, "rl_steps": rc.rl.steps},
+                  open(os.path.join(cfg.workdir, "results.json"), "w"))
+
+    summary = cmp.compare(cmp.apply_overrides(tiny_base(), ["warmup_seed=5"]), ["a"], [5, 6], out_dir=str(tmp_path),
+                          train=fake_train, plot=False)
+    assert seen == [(5, 5, False), (6, 5, True)] and summary["warmups"] == {"trained": 1, "shared": 1}
+
+
+@pytest.mark.slow
+def test_warmup_seed_gives_the_same_data_and_warmup_to_other_run_seeds(tmp_path):
+    """A run at seed 1 with warmup_seed 0 trains on seed 0's data split from seed 0's warm-up (weights equal)."""
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.data import build_data
+    from jaxrl_reason.experiment.pipeline import run
+
+    def weights(workdir):
+        d = os.path.join(workdir, "sft_model")
+        return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+
+    runs = {}
+    for name, o in (("s0", ["seed=0"]), ("s1w0", ["seed=1", "warmup_seed=0"])):
+        cfg = cmp.apply_overrides(tiny_base(), o + [f"workdir={tmp_path / name}", "rl.steps=1"])
+        run(cfg)
+        runs[name] = str(tmp_path / name)
+    a, b = weights(runs["s0"]), weights(runs["s1w0"])
+    assert a.keys() == b.keys() and any(k.endswith(".safetensors") for k in a) and a == b
+    assert (tmp_path / "s0" / "heldout.jsonl").read_text() == (tmp_path / "s1w0" / "heldout.jsonl").read_text()
+    # without warmup_seed, seed 1 would draw another training split (and init): the equality above is the knob's
+    data = read_run_config(tiny_base()).data
+    assert [e.question for e in build_data(data, 1).train] != [e.question for e in build_data(data, 0).train]

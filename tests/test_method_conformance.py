@@ -3,7 +3,8 @@ there and breaking it fails here without a test of its own:
 
 - its knobs are typed keywords with defaults, and a misspelt one is refused at start-up, naming the right one;
 - its default loss is its class's (`default_loss`), whatever the config leaves unset;
-- it declares its tasks, and every term it trains reads registered tasks that it declares;
+- it declares its tasks, and every term it trains reads registered tasks that it declares; each of its policy terms
+  and its KL term are what `PolicyLossConfig.terms` expands for those tasks (one place builds that pair);
 - from a fake rollout (one right and one wrong solution per question, fixed rewards) it builds rows of its declared
   tasks only, which one trainer step on the tiny model trains (finite metrics, moved parameters);
 - that step's state, its own host state (`state_dict`) included, round-trips a checkpoint.
@@ -91,6 +92,15 @@ def test_tasks_are_declared_and_every_term_reads_registered_ones(name):
         assert t.kind in TERM_KINDS, t
         assert t.tasks and set(t.tasks) <= set(method.tasks), (t.name, t.tasks, method.tasks)
     assert "solve" in {task for t in terms for task in t.tasks}
+    # every policy term over sampled rows is the one expansion of the method's loss (PolicyLossConfig.terms): its
+    # KL term covers the same tasks at beta x its weight, in its aggregation
+    loss = method.loss
+    policy = [t for t in terms if t.kind == loss.policy_loss]
+    kls = {t.tasks: t for t in terms if t.kind == "kl"}
+    assert policy and len(kls) == len(policy), [t.name for t in terms]
+    for t in policy:
+        assert (t,) + (kls[t.tasks],) == loss.terms(t.tasks, name=t.name, kl_name=kls[t.tasks].name,
+                                                    weight=t.weight), t.name
 
 
 def parity_reward(texts, examples):

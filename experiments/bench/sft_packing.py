@@ -53,7 +53,7 @@ def main(argv=None):
     from jaxrl_reason.train.update import start_training
 
     rc, _ = start(load_config_file(args.config))
-    task = build_data(rc.data, rc.seed)
+    task = build_data(rc.data, rc.setup_seed)
     corpus, corpus_prompt_fn = tokenizer_corpus(rc, task)
     tok = build_tokenizer(rc, corpus, args.tokenizer_dir, corpus_prompt_fn)
     pairs = testbed.check_pairs(testbed.task_of(rc.data.source), task.train[:1024], seed=rc.seed,

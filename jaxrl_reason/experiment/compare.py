@@ -137,11 +137,13 @@ def apply_overrides(cfg, overrides: Sequence[str]):
 
 def warmup_key(rc) -> str:
     """A digest of the settings that determine a run's tokenizer and warm-up: every section but `method`, the
-    workdir and the RL loop (less the RL knobs the warm-ups sample at, WARMUP_RL_KNOBS). Runs with one key start RL
-    from one warm-up."""
+    workdir and the RL loop (less the RL knobs the warm-ups sample at, WARMUP_RL_KNOBS), with the seed the warm-up
+    is trained at (`warmup_seed`, else `seed`). Runs with one key start RL from one warm-up."""
     d = run_config_dict(rc)
     d.pop("workdir")
     d.pop("method")
+    d["seed"] = rc.setup_seed  # runs of several seeds with one warmup_seed share its warm-up
+    d.pop("warmup_seed")
     d["rl"] = {k: d["rl"][k] for k in WARMUP_RL_KNOBS}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -334,7 +336,7 @@ def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = eval
     path = os.path.join(cache_dir, f"{key}.json")
     if os.path.exists(path):
         return json.load(open(path))
-    task = build_data(rc.data, rc.seed)
+    task = build_data(rc.data, rc.setup_seed)
     res = evaluate(load_pretrained(final), Tokenizer.from_pretrained(final), load_examples(heldout), spec,
                    reward_fn=task.reward_fn, prompt_fn=task.prompt_fn, answer_instruction=answer_instruction)
     res["per_question"] = per_question(res)

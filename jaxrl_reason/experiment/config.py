@@ -195,6 +195,9 @@ class RunConfig:
 
     workdir: str = "runs/tiny_default"  # checkpoints, logs, plots, final HF checkpoint; an existing run resumes
     seed: int = 0  # seeds model init, data order and sampling (also the RL loop's seed)
+    # seeds the data, the model init and every warm-up stage instead of `seed` (-1: `seed`), so that runs of
+    # several seeds can start RL from one warm-up on one data split: `seed` then seeds the RL loop only
+    warmup_seed: int = -1
     model: ModelSection = dataclasses.field(default_factory=ModelSection)
     tokenizer: TokenizerSection = dataclasses.field(default_factory=TokenizerSection)
     data: DataSection = dataclasses.field(default_factory=DataSection)
@@ -204,6 +207,15 @@ class RunConfig:
     parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
     tools: ToolConfig = dataclasses.field(default_factory=ToolConfig)  # tool-using multi-turn rollouts (off: none)
     lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)  # RL trains LoRA adapters (rank > 0), not all weights
+
+    def __post_init__(self):
+        if self.warmup_seed < -1:
+            raise ValueError(f"config warmup_seed={self.warmup_seed}: give a seed >= 0, or -1 for the run's seed")
+
+    @property
+    def setup_seed(self) -> int:
+        """The seed of the data, the tokenizer's corpus, the model init and the warm-ups."""
+        return self.seed if self.warmup_seed == -1 else self.warmup_seed
 
 
 _SECTIONS = {"model": ModelSection, "tokenizer": TokenizerSection, "data": DataSection, "sft": SftSection,
@@ -225,12 +237,13 @@ def read_run_config(cfg) -> RunConfig:
     method = read_method_config(values.get("method"))
     if method.loss.max_len is None:  # seq_mean_token_sum_norm's fixed length: the completion budget
         method = dataclasses.replace(method, loss=dataclasses.replace(method.loss, max_len=rl.max_new_tokens))
-    return RunConfig(workdir=values.get("workdir", top.workdir), seed=seed, method=method, rl=rl, **sections)
+    return RunConfig(workdir=values.get("workdir", top.workdir), seed=seed,
+                     warmup_seed=values.get("warmup_seed", top.warmup_seed), method=method, rl=rl, **sections)
 
 
 def run_config_dict(rc: RunConfig) -> dict:
     """A RunConfig as the plain dict of its ml_collections config (`read_run_config`'s inverse)."""
-    out = {"workdir": rc.workdir, "seed": rc.seed}
+    out = {"workdir": rc.workdir, "seed": rc.seed, "warmup_seed": rc.warmup_seed}
     out.update({name: section_dict(getattr(rc, name)) for name in _SECTIONS})
     out["rl"] = section_dict(rc.rl, skip=("seed",))
     out["method"] = method_section(rc.method)

@@ -21,8 +21,8 @@ from jaxrl_reason.data.testbed import TASK_MODULES as TESTBED_TASKS
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate
 from jaxrl_reason.knobs import check_known, plain
 
-__all__ = ["EvalSpec", "GRADERS", "answer_reward", "evaluate_run", "example_grader", "example_reward", "load_data",
-           "load_debug_bench", "markdown_table", "plot_curves", "read_eval_spec", "strategy_curves",
+__all__ = ["EvalSpec", "GRADERS", "answer_reward", "check_request", "evaluate_run", "example_grader",
+           "example_reward", "load_data", "load_debug_bench", "load_policy", "markdown_table", "plot_curves", "read_eval_spec", "strategy_curves",
            "write_outputs"]
 
 
@@ -184,15 +184,10 @@ def read_eval_spec(values) -> EvalSpec:
     return EvalSpec(**values)
 
 
-def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec, *, reward_fn=None, judge=None,
-                 problems: Optional[Sequence] = None, prompt_fn=None, answer_instruction: Optional[str] = None) -> dict:
-    """Every strategy `spec` asks for on `examples` (Example objects; None with `problems` alone), from one pool of
-    `spec.n` samples per question. reward_fn(completions, examples) -> RewardResult (default: the grader
-    `spec.grader` names for these examples); judge: an optional (model, tokenizer) used as LLM-as-a-judge;
-    problems: buggy programs for DebugBench-style repair (`load_debug_bench`); prompt_fn / answer_instruction: the
-    task's solve prompt and a CIPO run's answer instruction for self-correction (default: the math ones). Returns
-    the results dict that
-    `write_outputs` writes (its "config" says what ran)."""
+def check_request(spec: EvalSpec, examples: Optional[Sequence], problems: Optional[Sequence] = None, *,
+                  judge=None) -> None:
+    """What `evaluate_run` refuses before any compute: run-own fields left unset, nothing to evaluate, and a
+    strategy of a pool of samples without questions to sample."""
     if spec.unset():
         raise ValueError(f"EvalSpec fields {spec.unset()} are None (a run's own values, which only "
                          "experiment.compare fills in); give them numbers")
@@ -206,6 +201,32 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
                                      ("combined_n", spec.combined_n)) if on]
         if pool_only:
             raise ValueError(f"{', '.join(pool_only)} evaluate a pool of samples of questions; give examples")
+
+
+def load_policy(model_dir: str, tokenizer_dir: Optional[str] = None, dtype: str = "float32") -> tuple:
+    """(model, tokenizer) of a checkpoint directory (Hugging Face layout) and its tokenizer (default: the same
+    directory); refuses a tokenizer with more ids than the model's embedding has rows."""
+    from jaxrl_reason.models.hf_port import load_pretrained
+    from jaxrl_reason.tokenization import Tokenizer
+
+    model = load_pretrained(model_dir, dtype)
+    tokenizer = Tokenizer.from_pretrained(tokenizer_dir or model_dir)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"tokenizer {tokenizer_dir or model_dir} has {tokenizer.vocab_size} ids but the model's "
+                         f"embedding has {model.config.vocab_size} rows; pass the model's own tokenizer")
+    return model, tokenizer
+
+
+def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec, *, reward_fn=None, judge=None,
+                 problems: Optional[Sequence] = None, prompt_fn=None, answer_instruction: Optional[str] = None) -> dict:
+    """Every strategy `spec` asks for on `examples` (Example objects; None with `problems` alone), from one pool of
+    `spec.n` samples per question. reward_fn(completions, examples) -> RewardResult (default: the grader
+    `spec.grader` names for these examples); judge: an optional (model, tokenizer) used as LLM-as-a-judge;
+    problems: buggy programs for DebugBench-style repair (`load_debug_bench`); prompt_fn / answer_instruction: the
+    task's solve prompt and a CIPO run's answer instruction for self-correction (default: the math ones). Returns
+    the results dict that
+    `write_outputs` writes (its "config" says what ran)."""
+    check_request(spec, examples, problems, judge=judge)
     start = time.time()
     if spec.limit:
         examples = None if examples is None else list(examples)[:spec.limit]

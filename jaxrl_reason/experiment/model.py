@@ -89,7 +89,7 @@ def scratch_model_config(m: ModelSection, vocab_size: int):
 
 def build_model(rc: RunConfig, tokenizer, mesh=None):
     """The policy before any training, laid out on `mesh` (None: the one-device mesh): the GGUF or HF checkpoint,
-    else a from-scratch model seeded by `rc.seed`."""
+    else a from-scratch model seeded by `rc.setup_seed`."""
     from jaxrl_reason.parallel.mesh import resolve_mesh
     from jaxrl_reason.parallel.rules import init_sharded, shard_model
 
@@ -101,4 +101,4 @@ def build_model(rc: RunConfig, tokenizer, mesh=None):
         return shard_model(model, mesh)
     if m.hf_path:
         return load_hf(m.hf_path, m, mesh)
-    return init_sharded(scratch_model_config(m, tokenizer.vocab_size), mesh, seed=rc.seed)
+    return init_sharded(scratch_model_config(m, tokenizer.vocab_size), mesh, seed=rc.setup_seed)

@@ -61,7 +61,7 @@ def run(cfg) -> dict:
         if is_main_process():
             json.dump(results, open(results_path, "w"), indent=2)
 
-    task = build_data(rc.data, rc.seed)
+    task = build_data(rc.data, rc.setup_seed)
     corpus, corpus_prompt_fn = tokenizer_corpus(rc, task)
     tokenizer = build_tokenizer(rc, corpus, workdir, corpus_prompt_fn)
     if is_main_process():

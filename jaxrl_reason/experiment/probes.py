@@ -16,13 +16,15 @@ def load_arm(cfg, questions: int, model: str = "final", tokenizer: str = "final"
     """(model, tokenizer, the first `questions` held-out examples, the run's TaskData) of a finished arm; `model`
     and `tokenizer` name the run's subdirectories to load (its warm-up: "sft_model", "tokenizer")."""
     from jaxrl_reason.data.datasets import load_examples
+    from jaxrl_reason.experiment.config import read_run_config
     from jaxrl_reason.experiment.data import build_data
     from jaxrl_reason.models.hf_port import load_pretrained
     from jaxrl_reason.tokenization import Tokenizer
 
     examples = load_examples(os.path.join(cfg.workdir, "heldout.jsonl"))[:questions]
     return (load_pretrained(os.path.join(cfg.workdir, model)),
-            Tokenizer.from_pretrained(os.path.join(cfg.workdir, tokenizer)), examples, build_data(cfg.data, cfg.seed))
+            Tokenizer.from_pretrained(os.path.join(cfg.workdir, tokenizer)), examples,
+            build_data(cfg.data, read_run_config(cfg).setup_seed))
 
 
 
@@ -319,21 +321,21 @@ def train_worked_check(model, tokenizer, task, rc, args) -> dict:
         _, texts, graded = sample_labelled_solutions(
             model, tokenizer, train_qs, task.reward_fn, samples_per_question=args.check_own,
             max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature,
-            key=jax.random.PRNGKey(rc.seed + 2), prompt_fn=task.prompt_fn)
+            key=jax.random.PRNGKey(rc.setup_seed + 2), prompt_fn=task.prompt_fn)
         extra = own_check_rows(rc.data.source, [e for e in train_qs for _ in range(args.check_own)], texts, graded,
-                               rc.seed + 2, args.verify_format)
+                               rc.setup_seed + 2, args.verify_format)
         own = {"own_rows": len(extra), "own_right_frac_sampled": float(graded.mean()),
                "own_marks": dict(collections.Counter(ln.rsplit(" ", 1)[1] for r in extra
                                                      for ln in r.solution.split("\n")[:-1]))}
     res = check_warmup(model, tokenizer, tb, qs, task.train, steps=args.verify_steps, check_tokens=args.check_tokens,
                        batch_size=rc.sft.verify_batch_size + rc.sft.verify_solve_rows, lr=args.verify_lr,
-                       warmup_steps=rc.sft.warmup_steps, solve_share=args.check_solve_share, seed=rc.seed,
+                       warmup_steps=rc.sft.warmup_steps, solve_share=args.check_solve_share, seed=rc.setup_seed,
                        verify_format=args.verify_format, inject_extent=rc.data.inject_extent, extra_rows=extra,
                        span_weights=(rare_mark_spans(args.mark_weight, args.mark_span) if args.mark_weight != 1.0
                                      else None),
                        prompt_fn=task.prompt_fn, progress=False, rows_as="verify", pack=False, target=0.0,
                        max_rounds=1)
-    held = heldout_check_rows(tb, qs, seed=rc.seed, verify_format=args.verify_format,
+    held = heldout_check_rows(tb, qs, seed=rc.setup_seed, verify_format=args.verify_format,
                               inject_extent=rc.data.inject_extent)
     qs_, sols = [r.meta["question"] for r in held], [r.meta["solution"] for r in held]
     inputs = verify_inputs(model, tokenizer, qs_, sols, check_tokens=args.check_tokens)

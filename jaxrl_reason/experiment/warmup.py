@@ -241,7 +241,7 @@ def sft_examples(rc: RunConfig, task: TaskData) -> tuple[list, object]:
               for k in ("verify", "critique", "correct", "guided")}
     if not any(counts.values()):
         return base, task.prompt_fn
-    aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.seed, verify_format=rc.data.verify_format,
+    aux = auxiliary_rows(task_of(rc.data.source), base, seed=rc.setup_seed, verify_format=rc.data.verify_format,
                          inject_extent=rc.data.inject_extent, guided_layout=rc.data.guided_layout,
                          prompt_wording=rc.data.prompt_wording,
                          critique_format=rc.data.critique_format, correction_format=rc.data.correction_format,
@@ -307,7 +307,7 @@ def run_sft(rc: RunConfig, model, tokenizer, task: TaskData, workdir: str, mesh=
     if rc.tools.enabled:
         examples, prompt_fn, span_weights = tool_sft_examples(rc, task, tokenizer, examples)
     sft_train(model, tokenizer, examples, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
-              warmup_steps=s.warmup_steps, seed=rc.seed, writer=writer, progress=rc.rl.progress,
+              warmup_steps=s.warmup_steps, seed=rc.setup_seed, writer=writer, progress=rc.rl.progress,
               prompt_fn=prompt_fn, mesh=mesh, pack=s.pack, span_weights=span_weights,
               **stage_checkpoints(rc, workdir, "sft"))
     writer.close()
@@ -325,7 +325,7 @@ def run_verify_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: 
                         batch_size=s.verify_batch_size, solve_batch_size=s.verify_solve_rows, lr=s.verify_lr,
                         warmup_steps=s.warmup_steps, samples_per_question=s.verify_samples, max_new_tokens=rc.rl.max_new_tokens,
                         balance=s.verify_balance, contrast_fn=verify_contrast_fn(rc),
-                        temperature=rc.rl.temperature, seed=rc.seed, progress=rc.rl.progress, writer=writer,
+                        temperature=rc.rl.temperature, seed=rc.setup_seed, progress=rc.rl.progress, writer=writer,
                         prompt_fn=task.prompt_fn, mesh=mesh, **stage_checkpoints(rc, workdir, "verify_warmup"))
     writer.close()
     res.pop("history")
@@ -348,7 +348,8 @@ def check_guided_rows(rc: RunConfig, task: TaskData) -> list:
         return []
     questions = list(task.train[heldout_questions(s.check_questions):s.check_questions])
     return auxiliary_rows(task_of(rc.data.source), questions, verify=0, critique=0, correct=0, guided=n,
-                          seed=rc.seed, guided_layout=rc.data.guided_layout, critique_format=rc.data.critique_format,
+                          seed=rc.setup_seed, guided_layout=rc.data.guided_layout,
+                          critique_format=rc.data.critique_format,
                           prompt_wording=rc.data.prompt_wording)
 
 
@@ -363,7 +364,7 @@ def run_check_warmup(rc: RunConfig, model, tokenizer, task: TaskData, workdir: s
     res = check_warmup(model, tokenizer, task_of(rc.data.source), task.train[:s.check_questions],
                        task.train[:s.examples], steps=s.check_steps, check_tokens=rc.data.check_tokens,
                        batch_size=s.check_batch_size, lr=s.check_lr, warmup_steps=s.warmup_steps,
-                       solve_share=s.check_solve_share, seed=rc.seed, verify_format=rc.data.verify_format,
+                       solve_share=s.check_solve_share, seed=rc.setup_seed, verify_format=rc.data.verify_format,
                        inject_extent=rc.data.inject_extent, rows_as=s.check_rows, prompt_fn=task.prompt_fn,
                        writer=writer, progress=rc.rl.progress, mesh=mesh, pack=s.pack,
                        target=s.check_target, max_rounds=s.check_rounds if s.check_target > 0 else 1,
@@ -398,9 +399,9 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     _, texts, labels = sample_labelled_solutions(
         model, tokenizer, questions, task.reward_fn, samples_per_question=s.own_attempt_samples,
         max_new_tokens=rc.rl.max_new_tokens, temperature=rc.rl.temperature,
-        key=jax.random.fold_in(jax.random.PRNGKey(rc.seed), 0x0A77), prompt_fn=task.prompt_fn, mesh=mesh)
+        key=jax.random.fold_in(jax.random.PRNGKey(rc.setup_seed), 0x0A77), prompt_fn=task.prompt_fn, mesh=mesh)
     attempts = list(zip([e for e in questions for _ in range(s.own_attempt_samples)], texts))
-    rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.seed, keep_share=s.own_attempt_keep_share,
+    rows = own_attempt_rows(task_of(rc.data.source), attempts, seed=rc.setup_seed, keep_share=s.own_attempt_keep_share,
                             guided_layout=rc.data.guided_layout, critique_format=rc.data.critique_format,
                             correction_format=rc.data.correction_format, prompt_wording=rc.data.prompt_wording,
                             **own_attempt_formats(rc))
@@ -412,7 +413,7 @@ def run_own_attempt_warmup(rc: RunConfig, model, tokenizer, task: TaskData, work
     n_solve = min(len(solves), int(round(s.own_attempt_solve_share * len(rows))))
     writer = _writer(workdir, "logs_own_attempts")
     sft_train(model, tokenizer, rows + solves[:n_solve], steps=s.own_attempt_steps, batch_size=s.batch_size,
-              lr=s.own_attempt_lr, warmup_steps=s.warmup_steps, seed=rc.seed + 1, writer=writer,
+              lr=s.own_attempt_lr, warmup_steps=s.warmup_steps, seed=rc.setup_seed + 1, writer=writer,
               progress=rc.rl.progress, mesh=mesh, pack=s.pack, **stage_checkpoints(rc, workdir, "own_attempts"),
               prompt_fn=whole_turn_prompt_fn(rows, task.prompt_fn))
     writer.close()

@@ -39,7 +39,7 @@ from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, group_advantages, 
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.rl.batch import TokenBatch
-from jaxrl_reason.rl.losses import TermSpec, kl_spec
+from jaxrl_reason.rl.losses import TermSpec
 
 PREFERENCES = ("difficulty", "uniform")
 
@@ -258,13 +258,8 @@ class CIPO(GRPO):
     def terms(self) -> tuple[TermSpec, ...]:
         if not self.correct_weight:  # the part is off: no correction rows, no term
             return super().terms()
-        l = self.loss
-        agg = dict(aggregation=l.aggregation, max_len=l.max_len)
-        t = [l.policy_term(("correct",), name="correct", weight=self.correct_weight)]
-        if l.beta:
-            t.append(kl_spec(("correct",), beta=l.beta * self.correct_weight, estimator=l.kl_estimator,
-                             name="correct_kl", **agg))
-        return super().terms() + tuple(t)
+        return super().terms() + self.loss.terms(("correct",), name="correct", kl_name="correct_kl",
+                                                 weight=self.correct_weight)
 
     def correction_advantages(self, shaped: np.ndarray) -> np.ndarray:
         """[N, G'] shaped correction rewards -> [N, G'] advantages with the correction stream's estimator."""

@@ -40,7 +40,7 @@ from jaxrl_reason.rl import advantages as adv_lib
 from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.rl.batch import TASKS, TokenBatch, build_token_batch
 from jaxrl_reason.rl.importance import truncated_is_weights
-from jaxrl_reason.rl.losses import TermSpec, kl_spec
+from jaxrl_reason.rl.losses import TermSpec
 from jaxrl_reason.rl.scoring import completion_logprobs
 
 CURE_TASKS = ("solve", "critique", "guided_solve")
@@ -264,6 +264,25 @@ class _Critiques(NamedTuple):
     wrong: np.ndarray  # bool: the critiqued sample is wrong (verdict "true")
 
 
+class _Exploration(NamedTuple):
+    """What one CURE step sampled beyond the rollouts (`CURE._explore`)."""
+
+    rows: np.ndarray  # flat solve-sample index of each critique
+    crit: Optional[_Critiques]  # the critiques (None: no sample chosen)
+    parsed: list  # each critique's parsed fields
+    penalties: list  # each critique's format penalty
+    w_idx: list  # indices into `rows` of the critiques of wrong samples, which got guided re-solves
+    g_prompts: list  # guided prompt ids, one per critique in w_idx
+    g_comps: list  # guided solutions, guided_samples per prompt
+    g_lps: list  # their sampler log-probs (pi_old)
+    g_qs: list  # their sampler log q
+    g_scores: np.ndarray  # [len(w_idx), guided_samples] rewards
+    g_correct: np.ndarray  # g_scores > 0.5
+    replay: list  # per query: the (guided prompt, sample) pairs that replay into its group
+    flat_replay: list  # (query, guided prompt, sample) of every replayed solution
+    group_size: int  # K, the rollouts' samples per query
+
+
 class CURE(GRPO):
     """Solve + critique + guided-solve rows with CURE's replay and hybrid critique advantages."""
 
@@ -392,25 +411,15 @@ class CURE(GRPO):
         term per CURE task of weight > 0, then (beta > 0) a KL term per such task in its aggregation, weighted
         beta * the task's weight (the KL sits inside the task's loss, as in the GRPO objective). pooled: one
         PPO-clip and one KL term over all three tasks, in place of the solve terms."""
-        l = self.loss
-        agg = dict(aggregation=l.aggregation, max_len=l.max_len)
         base = super().terms()
         if not self.active:
             return base
         if self.task_pooling == "pooled":
-            t = [l.policy_term(CURE_TASKS, name="pg")]
-            if l.beta:
-                t.append(kl_spec(CURE_TASKS, beta=l.beta, estimator=l.kl_estimator, name="kl", **agg))
-            return tuple(t) + tuple(x for x in base if x.name not in ("pg", "kl"))
-        tasks = [(task, pg, kl, w) for task, pg, kl, w in (
-            ("critique", "critique", "critique_kl", self.critique_weight),
-            ("guided_solve", "guided_solve", "guided_solve_kl", self.guided_weight)) if w]
-        t = [l.policy_term((task,), name=pg, weight=w) for task, pg, _, w in tasks]
-        kls = [kl_spec((task,), beta=l.beta * w, estimator=l.kl_estimator, name=kl, **agg)
-               for task, _, kl, w in tasks] if l.beta else []
+            return self.loss.terms(CURE_TASKS) + tuple(x for x in base if x.name not in ("pg", "kl"))
+        t = sum((self.loss.terms((task,), name=task, kl_name=f"{task}_kl", weight=w)
+                 for task, w in (("critique", self.critique_weight), ("guided_solve", self.guided_weight)) if w), ())
         # Policy terms first, then the KL terms, as CURE alone always ordered them (the sum's order is its bits).
-        return (tuple(x for x in base if x.kind != "kl") + tuple(t) + tuple(x for x in base if x.kind == "kl")
-                + tuple(kls))
+        return tuple(x for x in base + t if x.kind != "kl") + tuple(x for x in base + t if x.kind == "kl")
 
     def _replay_cap(self, group_size: int) -> Optional[int]:
         """Replayed samples allowed per query: K by default (the authors' min(#successes, group size))."""
@@ -472,7 +481,24 @@ class CURE(GRPO):
         acc = query_accuracy(ro.rewards)
         # The solve metrics below (enlarged groups) replace those of the plain groups.
         metrics: dict[str, Any] = {**base_metrics, "cure/zero_pass_frac": float(np.mean(acc == 0.0))}
+        ex = self._explore(ro, acc, ctx)
+        verdict_lps, replay_lps = self._rescore(ro, ex, ctx)
+        solve_w, crit_w, guided_w = self._sampled_weights(ro, ex, metrics)
+        batches = [base, self._solve_rows(ro, ex, solve_w, replay_lps, ctx, metrics)]
+        batches += self._critique_rows(ex, acc, crit_w, verdict_lps, ctx, metrics)
+        batches += self._guided_rows(ex, acc, guided_w, ctx, metrics)
+        # Tokens this step generated beyond the rollouts (critiques after their forced verdict, guided solutions):
+        # what CURE spends over GRPO for the same number of RL steps. A union's parts each log their own and add
+        # to the step's total.
+        metrics["cure/extra_tokens"] = float(sum(len(x) for x in (ex.crit.generated if ex.crit else []))
+                                             + sum(len(x) for x in ex.g_comps))
+        metrics["generate/extra_tokens"] = metrics.get("generate/extra_tokens", 0.0) + metrics["cure/extra_tokens"]
+        return join_rows(batches), metrics
 
+    def _explore(self, ro: Rollouts, acc: np.ndarray, ctx: Context) -> "_Exploration":
+        """Critiques of the chosen samples, guided re-solves from the hints of critiques of wrong ones, and the
+        guided successes that replay into their query's solve group."""
+        q, k = ro.rewards.shape
         batch_size = self.critique_batch_size or (q * k) // 2
         rows = select_critique_rows(ro.rewards, self.critique_acc_range, batch_size, ctx.rng,
                                     zero_pass_floor=self.critique_zero_pass_floor)
@@ -480,116 +506,123 @@ class CURE(GRPO):
         parsed = [parse_critique(t, min_hint_words=self.min_hint_words) for t in crit.texts] if crit else []
         penalties = [critique_format_penalty(c, missing=self.format_penalty_missing,
                                              short_hint=self.format_penalty_short_hint) for c in parsed]
-
-        # Guided re-exploration from the hints of critiques of wrong samples.
         w_idx = [j for j in range(len(rows)) if crit.wrong[j]] if crit else []
         guided = None
         if w_idx:
-            ex = [ro.examples[rows[j] // k] for j in w_idx]
-            guided = self._guided(ro, ex, [parsed[j].hint or "" for j in w_idx], ctx)
+            guided = self._guided(ro, [ro.examples[rows[j] // k] for j in w_idx],
+                                  [parsed[j].hint or "" for j in w_idx], ctx)
         g_prompts, g_comps, g_lps, g_qs, g_scores = guided if guided else ([], [], [], [],
                                                                            np.zeros((0, self.guided_samples)))
         g_correct = g_scores > 0.5
-
         # Replay: successful guided solutions of queries in the replay range join the plain solve group.
         replay = replay_members([int(rows[j] // k) for j in w_idx], g_correct, in_range(acc, self.replay_acc_range),
                                 self._replay_cap(k))
         flat_replay = [(qi, gi, s) for qi, r in enumerate(replay) for gi, s in r]
+        return _Exploration(rows, crit, parsed, penalties, w_idx, g_prompts, g_comps, g_lps, g_qs, g_scores,
+                            g_correct, replay, flat_replay, k)
 
-        # pi_old of the forced verdict tokens and of the replayed samples under the plain prompt, in one pass.
-        score_p = list(crit.prompts) if crit else []
-        score_c = list(crit.verdicts) if crit else []
-        score_p += [ro.prompts[qi] for qi, _, _ in flat_replay]
-        score_c += [g_comps[gi * self.guided_samples + s] for _, gi, s in flat_replay]
+    def _rescore(self, ro: Rollouts, ex: "_Exploration", ctx: Context) -> tuple[list, list]:
+        """pi_old of the forced verdict tokens and of the replayed samples under the plain prompt, in one pass."""
+        crit, m = ex.crit, self.guided_samples
+        score_p = (list(crit.prompts) if crit else []) + [ro.prompts[qi] for qi, _, _ in ex.flat_replay]
+        score_c = (list(crit.verdicts) if crit else []) + [ex.g_comps[gi * m + s] for _, gi, s in ex.flat_replay]
         lps = completion_logprobs(ctx.model, ctx.params, score_p, score_c, pad_id=ctx.pad_id,
                                   rows_per_call=self.rescore_rows, chunk_size=self.rescore_chunk,
                                   temperature=ctx.temperature)
-        verdict_lps, replay_lps = lps[:len(rows)], lps[len(rows):]
+        return lps[:len(ex.rows)], lps[len(ex.rows):]
 
-        # Truncated importance weights on every sampled token (docs/methods/grpo.md#spec-temperature): the plain solve
-        # samples, the critiques' generated rest and the guided solutions. Forced verdicts and replayed samples were not
-        # sampled from their rows' prompts, so they keep weight 1.
-        sampled_old = list(ro.logprobs) + (list(crit.logprobs) if crit else []) + list(g_lps)
-        sampled_q = (list(ro.sampling_logprobs) if ro.sampling_logprobs is not None else None)
-        if sampled_q is None:
+    def _sampled_weights(self, ro: Rollouts, ex: "_Exploration", metrics: dict) -> tuple[list, list, list]:
+        """Truncated importance weights on every sampled token (docs/methods/grpo.md#spec-temperature) of the plain
+        solve samples, the critiques' generated rest and the guided solutions. Forced verdicts and replayed samples
+        were not sampled from their rows' prompts, so they keep weight 1."""
+        crit = ex.crit
+        sampled_old = list(ro.logprobs) + (list(crit.logprobs) if crit else []) + list(ex.g_lps)
+        if ro.sampling_logprobs is None:
             if self.loss.tis != "off":
                 raise ValueError(f"tis={self.loss.tis!r} needs the sampler's log q of every sampled token "
                                  "(Rollouts.sampling_logprobs), which these rollouts do not carry; set tis='off'")
             weights = [np.ones(len(x), np.float32) for x in sampled_old]
         else:
-            sampled_q += (list(crit.sampling_logprobs) if crit else []) + list(g_qs)
+            sampled_q = list(ro.sampling_logprobs) + (list(crit.sampling_logprobs) if crit else []) + list(ex.g_qs)
             weights, tis_metrics = truncated_is_weights(sampled_old, sampled_q, mode=self.loss.tis,
                                                         cap=self.loss.tis_cap)
             metrics.update(tis_metrics)
-        n_crit = len(crit.logprobs) if crit else 0
-        solve_w, crit_w, guided_w = weights[:q * k], weights[q * k:q * k + n_crit], weights[q * k + n_crit:]
+        n, n_crit = len(ro.completions), len(crit.logprobs) if crit else 0
+        return weights[:n], weights[n:n + n_crit], weights[n + n_crit:]
 
-        # --- solve task (enlarged groups)
-        replay_rewards = [[float(g_scores[gi, s]) for gi, s in r] for r in replay]
+    def _solve_rows(self, ro: Rollouts, ex: "_Exploration", solve_w: list, replay_lps: list, ctx: Context,
+                    metrics: dict) -> TokenBatch:
+        """The solve task on the replay-enlarged groups."""
+        q, k = ro.rewards.shape
+        m = self.guided_samples
+        replay_rewards = [[float(ex.g_scores[gi, s]) for gi, s in r] for r in ex.replay]
         adv = replay_group_advantages(ro.rewards, replay_rewards, self.estimator, **self.estimator_kwargs)
-        prompts = [ro.prompts[r // k] for r in range(q * k)] + [ro.prompts[qi] for qi, _, _ in flat_replay]
-        comps = list(ro.completions) + [g_comps[gi * self.guided_samples + s] for _, gi, s in flat_replay]
+        prompts = [ro.prompts[r // k] for r in range(q * k)] + [ro.prompts[qi] for qi, _, _ in ex.flat_replay]
+        comps = list(ro.completions) + [ex.g_comps[gi * m + s] for _, gi, s in ex.flat_replay]
         advs = ([a * w for a, w in zip(adv.base.reshape(-1), solve_w)] +
                 [float(a) for r in adv.replay for a in r])
         olds = list(ro.logprobs) + replay_lps
-        batches = [base, build_token_batch(prompts, comps, advs, olds, "solve", pad_id=ctx.pad_id)]
         metrics.update({f"solve/{n}": float(v) for n, v in
                         adv_lib.group_metrics(adv.rewards, adv.valid, advantages=adv.advantages).items()})
-        metrics["replay/rows"] = len(flat_replay)
-        metrics["replay/queries"] = int(sum(1 for r in replay if r))
+        metrics["replay/rows"] = len(ex.flat_replay)
+        metrics["replay/queries"] = int(sum(1 for r in ex.replay if r))
+        return build_token_batch(prompts, comps, advs, olds, "solve", pad_id=ctx.pad_id)
 
-        # --- critique task (hybrid advantage by segment)
+    def _critique_rows(self, ex: "_Exploration", acc: np.ndarray, crit_w: list, verdict_lps: list, ctx: Context,
+                       metrics: dict) -> list:
+        """The critique task, its advantage hybrid by segment: the forced verdict's, then the rest's from the
+        guided re-solves (none at critique_weight 0: the critiques only give the guided re-solve its hints)."""
+        rows, crit, k = ex.rows, ex.crit, ex.group_size
         metrics["critique/rows"] = len(rows)
         metrics["critique/repeated_rows"] = int(len(rows) - len(np.unique(rows)))
         metrics["critique/zero_pass_rows"] = int(np.sum(acc[rows // k] == 0.0)) if len(rows) else 0
-        if crit:
-            g_of = {j: gi for gi, j in enumerate(w_idx)}
-            c_adv, rest_adv = [], []
-            for j, r in enumerate(rows):
-                guided_c = g_correct[g_of[j]] if j in g_of else None
-                a = critique_rest_advantage(guided_c, float(acc[r // k]), scale=self.critique_advantage_scale,
-                                            format_penalty=penalties[j])
-                rest_adv.append(a)
-                seg = segment_advantages(len(crit.verdicts[j]), len(crit.generated[j]), self.verdict_advantage, a)
-                seg[len(crit.verdicts[j]):] *= crit_w[j]
-                c_adv.append(seg)
-            c_comps = [v + gen for v, gen in zip(crit.verdicts, crit.generated)]
-            c_olds = [np.concatenate([vl, gl]) for vl, gl in zip(verdict_lps, crit.logprobs)]
-            if self.critique_weight:  # weight 0: the critiques only give the guided re-solve its hints
-                batches.append(build_token_batch(crit.prompts, c_comps, c_adv, c_olds, "critique",
-                                                 pad_id=ctx.pad_id))
-            ok = np.array([not c.format_errors for c in parsed])
-            metrics.update({
-                "critique/wrong_frac": float(crit.wrong.mean()),
-                "critique/format_ok_frac": float(ok.mean()),
-                "critique/format_penalty_mean": float(np.mean(penalties)),
-                "critique/hint_words_mean": float(np.mean([c.hint_words for c in parsed])),
-                "critique/rest_advantage_mean": float(np.mean(rest_adv)),
-                "critique/length_mean": float(np.mean([len(x) for x in crit.generated])),
-            })
+        if not crit:
+            return []
+        g_of = {j: gi for gi, j in enumerate(ex.w_idx)}
+        c_adv, rest_adv = [], []
+        for j, r in enumerate(rows):
+            guided_c = ex.g_correct[g_of[j]] if j in g_of else None
+            a = critique_rest_advantage(guided_c, float(acc[r // k]), scale=self.critique_advantage_scale,
+                                        format_penalty=ex.penalties[j])
+            rest_adv.append(a)
+            seg = segment_advantages(len(crit.verdicts[j]), len(crit.generated[j]), self.verdict_advantage, a)
+            seg[len(crit.verdicts[j]):] *= crit_w[j]
+            c_adv.append(seg)
+        ok = np.array([not c.format_errors for c in ex.parsed])
+        metrics.update({
+            "critique/wrong_frac": float(crit.wrong.mean()),
+            "critique/format_ok_frac": float(ok.mean()),
+            "critique/format_penalty_mean": float(np.mean(ex.penalties)),
+            "critique/hint_words_mean": float(np.mean([c.hint_words for c in ex.parsed])),
+            "critique/rest_advantage_mean": float(np.mean(rest_adv)),
+            "critique/length_mean": float(np.mean([len(x) for x in crit.generated])),
+        })
+        if not self.critique_weight:
+            return []
+        c_comps = [v + gen for v, gen in zip(crit.verdicts, crit.generated)]
+        c_olds = [np.concatenate([vl, gl]) for vl, gl in zip(verdict_lps, crit.logprobs)]
+        return [build_token_batch(crit.prompts, c_comps, c_adv, c_olds, "critique", pad_id=ctx.pad_id)]
 
-        # --- guided_solve task (GRPO per (x, hint) group)
-        # weight 0: the guided solutions only score the critiques and feed the replay
-        metrics["guided_solve/rows"] = len(g_comps) if self.guided_weight else 0
-        if g_comps:
-            m = self.guided_samples
-            g_adv = group_advantages(g_scores, self.estimator, **self.estimator_kwargs)
-            if self.guided_weight:
-                batches.append(build_token_batch([g_prompts[i // m] for i in range(len(g_comps))], g_comps,
-                                                 [a * w for a, w in zip(g_adv.reshape(-1), guided_w)], g_lps,
-                                                 "guided_solve", pad_id=ctx.pad_id))
-            metrics.update({f"guided_solve/{n}": float(v) for n, v in
-                            adv_lib.group_metrics(g_scores, advantages=g_adv).items()})
-            metrics["guided_solve/accuracy"] = float(g_correct.mean())
-            zp = [gi for gi, j in enumerate(w_idx) if acc[rows[j] // k] == 0.0]
-            if zp:
-                metrics["guided_solve/zero_pass_accuracy"] = float(g_correct[zp].mean())
-        # Tokens this step generated beyond the rollouts (critiques after their forced verdict, guided solutions):
-        # what CURE spends over GRPO for the same number of RL steps. A union's parts each log their own and add
-        # to the step's total.
-        metrics["cure/extra_tokens"] = float(sum(len(x) for x in (crit.generated if crit else []))
-                                             + sum(len(x) for x in g_comps))
-        metrics["generate/extra_tokens"] = metrics.get("generate/extra_tokens", 0.0) + metrics["cure/extra_tokens"]
-        return join_rows(batches), metrics
+    def _guided_rows(self, ex: "_Exploration", acc: np.ndarray, guided_w: list, ctx: Context,
+                     metrics: dict) -> list:
+        """The guided_solve task: GRPO per (question, hint) group (none at guided_weight 0: the guided solutions
+        then only score the critiques and feed the replay)."""
+        metrics["guided_solve/rows"] = len(ex.g_comps) if self.guided_weight else 0
+        if not ex.g_comps:
+            return []
+        m, k = self.guided_samples, ex.group_size
+        g_adv = group_advantages(ex.g_scores, self.estimator, **self.estimator_kwargs)
+        out = []
+        if self.guided_weight:
+            out.append(build_token_batch([ex.g_prompts[i // m] for i in range(len(ex.g_comps))], ex.g_comps,
+                                         [a * w for a, w in zip(g_adv.reshape(-1), guided_w)], ex.g_lps,
+                                         "guided_solve", pad_id=ctx.pad_id))
+        metrics.update({f"guided_solve/{n}": float(v) for n, v in
+                        adv_lib.group_metrics(ex.g_scores, advantages=g_adv).items()})
+        metrics["guided_solve/accuracy"] = float(ex.g_correct.mean())
+        zp = [gi for gi, j in enumerate(ex.w_idx) if acc[ex.rows[j] // k] == 0.0]
+        if zp:
+            metrics["guided_solve/zero_pass_accuracy"] = float(ex.g_correct[zp].mean())
+        return out
 
     # No host state of its own: every step is a function of its own rollouts (GRPO's state_dict, or a union's).

@@ -63,12 +63,15 @@ class PolicyLossConfig:
         return policy_spec(self.policy_loss, tasks, name=name, weight=weight, aggregation=self.aggregation,
                            max_len=self.max_len, **knobs)
 
-    def terms(self, tasks=("solve",)) -> tuple[TermSpec, ...]:
-        t = [self.policy_term(tasks)]
+    def terms(self, tasks=("solve",), *, name: str = "pg", kl_name: str = "kl",
+              weight: float = 1.0) -> tuple[TermSpec, ...]:
+        """The loss of sampled rows of `tasks`: the policy term `name` at `weight`, and with beta > 0 the KL term
+        `kl_name` at beta * weight in the same aggregation. Every method expands a task's loss here."""
+        t = [self.policy_term(tasks, name=name, weight=weight)]
         if self.beta:
             # Inside the same per-sequence mean as the policy term (the GRPO objective; verl and TRL alike).
-            t.append(kl_spec(tasks, beta=self.beta, estimator=self.kl_estimator, aggregation=self.aggregation,
-                             max_len=self.max_len))
+            t.append(kl_spec(tasks, beta=self.beta * weight, estimator=self.kl_estimator, name=kl_name,
+                             aggregation=self.aggregation, max_len=self.max_len))
         return tuple(t)
 
 
