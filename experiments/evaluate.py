@@ -31,12 +31,15 @@ from jaxrl_reason.cpu_malloc import reexec_with_huge_pages
 
 reexec_with_huge_pages()  # before jax is imported; only acts when this file runs as the script
 
-from jaxrl_reason.data.prompts import CORRECTION_FORMATS, CRITIQUE_FORMATS, GUIDED_LAYOUTS  # noqa: E402
+from jaxrl_reason.data.prompts import (CORRECTION_FORMATS, CRITIQUE_FORMATS, GUIDED_LAYOUTS,  # noqa: E402
+                                       PROMPT_WORDINGS)
+from jaxrl_reason.inference.self_check import COMBINED_REVISE, COMBINED_SCORES  # noqa: E402
 from jaxrl_reason.experiment import evaluation  # noqa: E402
 
 
 CHOICES = {"grader": evaluation.GRADERS, "guided_layout": GUIDED_LAYOUTS, "critique_format": CRITIQUE_FORMATS,
-           "correction_format": CORRECTION_FORMATS}
+           "correction_format": CORRECTION_FORMATS, "prompt_wording": PROMPT_WORDINGS,
+           "combined_score": COMBINED_SCORES, "combined_revise": COMBINED_REVISE}
 NOT_FLAGS = ("progress", "keep_samples")  # --no-progress; samples.jsonl is always written
 
 

@@ -270,13 +270,13 @@ def _checkpoint_digest(path: str) -> str:
 def resolve_spec(spec: EvalSpec, rc) -> EvalSpec:
     """The spec's run-own fields (None, `evaluation.RUN_OWN`) filled from the run: its completion budget,
     temperature, seed, the check its verifier writes (data.check_tokens when data.verify_format writes one, else 0)
-    and its guided layout, critique and correction formats."""
+    and its guided layout, critique and correction formats and prompt wording."""
     from jaxrl_reason.data.testbed import CHECK_FORMATS
 
     fill = {"max_new_tokens": rc.rl.max_new_tokens, "temperature": rc.rl.temperature, "seed": rc.seed,
             "check_tokens": rc.data.check_tokens if rc.data.verify_format in CHECK_FORMATS else 0,
             "guided_layout": rc.data.guided_layout, "critique_format": rc.data.critique_format,
-            "correction_format": rc.data.correction_format}
+            "correction_format": rc.data.correction_format, "prompt_wording": rc.data.prompt_wording}
     return dataclasses.replace(spec, **{k: v for k, v in fill.items() if getattr(spec, k) is None})
 
 
@@ -427,6 +427,8 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
             cell["eval"].update(strategy_scalars(e))
             cell["per_question"] = e["per_question"]
             cell["n"] = n
+            if "budgets" in e:
+                cell["budgets"] = e["budgets"]
         results[name, seed] = cell
     summary = summarize(results, [a.name for a in arms], [int(s) for s in seeds], baseline, draws=draws)
     summary.update(warmups=warmups, arms={a.name: list(a.overrides) for a in arms},
@@ -434,6 +436,10 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
     os.makedirs(out_dir, exist_ok=True)
     json.dump(summary, open(os.path.join(out_dir, "summary.json"), "w"), indent=2)
     open(os.path.join(out_dir, "summary.md"), "w").write(markdown_report(summary))
+    if plot and summary.get("budgets"):
+        from jaxrl_reason.experiment.plots import strategy_budget_curves
+
+        strategy_budget_curves(summary["budgets"]["table"], path=os.path.join(out_dir, "strategies.png"))
     if plot:
         from jaxrl_reason.experiment.plots import budget_curves
 
@@ -480,8 +486,59 @@ def summarize(cells: Mapping, arms: Sequence[str], seeds: Sequence[int], baselin
         paired[arm] = entry
     curves = {arm: [dict(cells[arm, s]["curve"], seed=s, workdir=cells[arm, s].get("workdir")) for s in seeds]
               for arm in arms}
-    return {"baseline": baseline, "seeds": list(seeds), "budget_tokens": budget, "metrics": metrics, "rows": rows,
-            "paired": paired, "curves": curves}
+    out = {"baseline": baseline, "seeds": list(seeds), "budget_tokens": budget, "metrics": metrics, "rows": rows,
+           "paired": paired, "curves": curves}
+    strategies = strategy_budgets(cells, arms, seeds, baseline, draws=draws)
+    if strategies:
+        out["budgets"] = strategies
+    return out
+
+
+def strategy_budgets(cells: Mapping, arms: Sequence[str], seeds: Sequence[int], baseline: str, *,
+                     draws: int = 2000) -> Optional[dict]:
+    """Every test-time strategy at matched budgets (`inference.self_check.matched_budgets`, one table per cell):
+    per arm and (strategy, budget) the median accuracy over seeds with each seed's value and matched tokens, and
+    against `baseline` the per-seed paired differences on the same questions (`paired_differences`). A budget is a
+    multiple of each cell's own mean tokens per sample. None when no cell has a table."""
+    if not any("budgets" in c for c in cells.values()):
+        return None
+    multiples = next(c["budgets"]["multiples"] for c in cells.values() if "budgets" in c)
+    names: list = []
+    for c in cells.values():
+        for name in c.get("budgets", {}).get("table", {}):
+            if name not in names:
+                names.append(name)
+
+    def entry(c, name, m):
+        cells_ = c.get("budgets", {}).get("table", {}).get(name)
+        hit = [x for x in cells_ or [] if x["multiple"] == m]
+        return hit[0] if hit else None
+
+    table = {}
+    for arm in arms:
+        table[arm] = {}
+        for name in names:
+            pts = []
+            for m in multiples:
+                got = [entry(cells[arm, s], name, m) for s in seeds]
+                accs = [None if g is None else g["acc"] for g in got]
+                toks = [None if g is None else g["tokens"] for g in got]
+                pts.append({"multiple": m, "acc": _median(accs), "seeds": accs, "tokens": _median(toks)})
+            if any(p["acc"] is not None for p in pts):
+                table[arm][name] = pts
+    paired = {}
+    for arm in arms:
+        if arm == baseline:
+            continue
+        paired[arm] = {}
+        for name in names:
+            for m in multiples:
+                values = [[c.get("budgets", {}).get("per_question", {}).get(name, {}).get(str(m)) for s in seeds
+                           for c in [cells[who, s]]] for who in (baseline, arm)]
+                if any(v is None for v in values[0] + values[1]):
+                    continue
+                paired[arm].setdefault(name, {})[str(m)] = paired_differences(values[0], values[1], draws=draws)
+    return {"multiples": multiples, "strategies": names, "table": table, "paired": paired}
 
 
 def _fmt(v, digits=3):
@@ -505,6 +562,40 @@ def curve_tables(summary: dict) -> list:
     return lines
 
 
+def budget_tables(summary: dict) -> list:
+    """Markdown lines: per arm a strategy x budget table (median accuracy over seeds, then each seed's), then every
+    arm against the baseline for each (strategy, budget), paired by seed."""
+    b = summary.get("budgets")
+    if not b:
+        return []
+    ms = b["multiples"]
+    lines = ["", "## Test-time strategies at matched budgets", "",
+             "A budget is m x the mean generated tokens of one sample of that cell; a strategy's setting there is the "
+             "one with the most mean tokens per question within it ('-': none fits). Median over seeds (each seed).",
+             ""]
+    for arm, rows in b["table"].items():
+        lines += [f"### {arm}", "", "| strategy | " + " | ".join(f"{m}x" for m in ms) + " |",
+                  "|---|" + "---|" * len(ms)]
+        for name, pts in rows.items():
+            lines.append(f"| {name} | " + " | ".join(
+                "-" if p["acc"] is None else f"**{_fmt(p['acc'])}** ({' / '.join(_fmt(v) for v in p['seeds'])})"
+                for p in pts) + " |")
+        lines.append("")
+    if any(b["paired"].values()):
+        lines += [f"### Against {summary['baseline']} at matched budgets (arm minus baseline, paired by seed)", "",
+                  "Per seed [95% interval from resampling the held-out questions], then the pooled mean over seeds.",
+                  "", "| arm | strategy | budget | per seed | pooled |", "|---|---|---|---|---|"]
+        for arm, by_name in b["paired"].items():
+            for name, by_m in by_name.items():
+                for m, d in by_m.items():
+                    def one(x):
+                        return f"{_fmt(x['diff'])} [{_fmt(x['95'][0])}, {_fmt(x['95'][1])}]"
+
+                    lines.append(f"| {arm} | {name} | {m}x | {' / '.join(one(x) for x in d['per_seed'])} | "
+                                 f"{one(d['pooled'])} |")
+    return lines
+
+
 def markdown_report(summary: dict) -> str:
     """summary.md: the per-arm table (median over seeds, then each seed), then each arm against the baseline."""
     m = summary["metrics"]
@@ -516,7 +607,7 @@ def markdown_report(summary: dict) -> str:
     for row in summary["rows"]:
         lines.append(f"| {row['arm']} | " + " | ".join(
             f"**{_fmt(row[k]['median'])}** ({' / '.join(_fmt(v) for v in row[k]['seeds'])})" for k in m) + " |")
-    lines += curve_tables(summary)
+    lines += curve_tables(summary) + budget_tables(summary)
     if not summary["paired"]:
         return "\n".join(lines) + "\n"
     lines += ["", f"## Against {summary['baseline']} (arm minus baseline, paired by seed)", "",

@@ -28,7 +28,7 @@ __all__ = ["EvalSpec", "GRADERS", "answer_reward", "check_request", "evaluate_ru
 
 # The fields a run can fill in (`experiment.compare.resolve_spec`) when a spec leaves them at None.
 RUN_OWN = ("max_new_tokens", "temperature", "seed", "check_tokens", "guided_layout", "critique_format",
-           "correction_format")
+           "correction_format", "prompt_wording")
 
 
 def _knob(default, meaning: str):
@@ -89,9 +89,28 @@ class EvalSpec:
                                              "worked_check (the task's check of the attempt first); a run's "
                                              "data.correction_format")
     correction_max_new_tokens: Optional[int] = _knob(None, "a correction's budget (default: max_new_tokens)")
+    # -- a self-checking policy's test time (inference/self_check.py, docs/methods/union.md#test-time) --
+    prompt_wording: Optional[str] = _knob("short", "the critique and guided prompts' wording: short | authors; a "
+                                          "run's data.prompt_wording")
+    critique_score: bool = _knob(False, "also score the pool with CURE's verdict, P(ERROR_FOUND: false) after the "
+                                 "critique prompt (a prefill): BoN@k / weighted@k (critique)")
+    combined_n: int = _knob(0, "the combined strategy over the first N pool samples of each question: score, revise "
+                            "the low-scored, weighted vote over originals and revisions (0: off; <= n)")
+    combined_score: str = _knob("verify", "the combined strategy's score: verify (RL^V's P(Yes)) | critique (CURE's "
+                                "verdict)")
+    combined_revise: str = _knob("refine", "how the combined strategy revises: refine (CURE's critique + guided "
+                                 "re-solve) | correct (CIPO's correction)")
+    combined_threshold: float = _knob(0.5, "revise the samples whose score is <= this (1: every sample)")
+    combined_bottom: float = _knob(0.0, "revise instead the ceil(BOTTOM x k) lowest-scored of k samples (0: use "
+                                   "combined_threshold)")
+    as_conversation: bool = _knob(False, "self-refinement's and self-correction's rounds (and the combined "
+                                  "strategy's revisions) as turns of one conversation after the solve, each prompt "
+                                  "the trained one as the next user turn (default: fresh single-turn prompts)")
+    budget_multiples: tuple = _knob((1, 2, 4, 8), "comma-separated budgets in units of one pool sample's mean "
+                                    "tokens: every strategy's accuracy there (empty: no budget table)")
 
     def __post_init__(self):
-        for name in ("ks", "length_budgets", "budget_forcing"):
+        for name in ("ks", "length_budgets", "budget_forcing", "budget_multiples"):
             value = getattr(self, name)
             if isinstance(value, str):
                 try:
@@ -126,6 +145,29 @@ class EvalSpec:
         if self.answer_extraction not in ANSWER_EXTRACTIONS:
             raise ValueError(f"EvalSpec.answer_extraction must be one of {ANSWER_EXTRACTIONS}, got "
                              f"{self.answer_extraction!r}")
+        self._check_self_check()
+
+    def _check_self_check(self) -> None:
+        """The self-checking policy's knobs (inference/self_check.py), each refusal naming its field."""
+        from jaxrl_reason.data.prompts import PROMPT_WORDINGS
+        from jaxrl_reason.inference.self_check import COMBINED_REVISE, COMBINED_SCORES
+
+        for name, allowed in (("prompt_wording", PROMPT_WORDINGS), ("combined_score", COMBINED_SCORES),
+                              ("combined_revise", COMBINED_REVISE)):
+            value = getattr(self, name)
+            if value not in allowed and not (name == "prompt_wording" and value is None):
+                raise ValueError(f"EvalSpec.{name} must be one of {' | '.join(allowed)}, got {value!r}")
+        if not 0 <= self.combined_n <= self.n:
+            raise ValueError(f"EvalSpec.combined_n must lie in [0, n={self.n}] (it takes the pool's first samples), "
+                             f"got {self.combined_n}")
+        for name in ("combined_threshold", "combined_bottom"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"EvalSpec.{name} must be in [0, 1], got {getattr(self, name)}")
+        wants_critique = self.critique_score or (self.combined_n and self.combined_score == "critique")
+        if wants_critique and self.critique_format == "worked_check":
+            raise ValueError("EvalSpec.critique_format=worked_check writes a check before the verdict, so the critique "
+                             "score (critique_score, combined_score=critique) has no verdict to read after the prompt; "
+                             "use critique_format=fields or combined_score=verify")
 
     def unset(self) -> list:
         """The fields a run fills in (None): `evaluate_run` refuses a spec that has any."""
@@ -155,7 +197,8 @@ def check_request(spec: EvalSpec, examples: Optional[Sequence], problems: Option
     if examples is None:
         pool_only = [f for f, on in (("judge", judge), ("refine_rounds", spec.refine_rounds),
                                      ("length_budgets", spec.length_budgets), ("budget_forcing", spec.budget_forcing),
-                                     ("check_tokens", spec.check_tokens)) if on]
+                                     ("check_tokens", spec.check_tokens), ("critique_score", spec.critique_score),
+                                     ("combined_n", spec.combined_n)) if on]
         if pool_only:
             raise ValueError(f"{', '.join(pool_only)} evaluate a pool of samples of questions; give examples")
 
@@ -215,7 +258,8 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
             tokens_per_sample=results["mean_completion_tokens"],
             temperature=spec.temperature if spec.refine_temperature is None else spec.refine_temperature,
             top_p=spec.top_p, top_k=spec.top_k, seed=spec.seed, batch_size=spec.batch_size,
-            num_subsets=spec.num_subsets, guided_layout=spec.guided_layout, critique_format=spec.critique_format)
+            num_subsets=spec.num_subsets, guided_layout=spec.guided_layout, critique_format=spec.critique_format,
+            prompt_wording=spec.prompt_wording, conversation=spec.as_conversation)
     if spec.length_budgets:
         # The main pool serves the budget equal to max_new_tokens; other budgets draw fresh samples.
         pools = [results if b == spec.max_new_tokens else
@@ -237,7 +281,8 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
                                                     reward_fn=reward_fn, max_new_tokens=spec.max_new_tokens,
                                                     seed=spec.seed, batch_size=spec.batch_size,
                                                     correction_format=spec.correction_format,
-                                                    correction_max_new_tokens=spec.correction_max_new_tokens)
+                                                    correction_max_new_tokens=spec.correction_max_new_tokens,
+                                                    conversation=spec.as_conversation)
     if problems is not None:
         from jaxrl_reason.inference.correction import evaluate_debug_bench
 
@@ -246,10 +291,60 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
                                                       rounds=max(1, spec.correction_rounds),
                                                       max_new_tokens=spec.max_new_tokens, seed=spec.seed,
                                                       batch_size=spec.batch_size)
+    if examples is not None:
+        _self_check_strategies(results, model, tokenizer, examples, spec, reward_fn=reward_fn, grader=grader,
+                               answer_instruction=answer_instruction)
     if not spec.keep_samples:
         results.pop("samples", None)
     results["config"].update({"grader": grader, "wall_seconds": time.time() - start})
     return results
+
+
+def _self_check_strategies(results: dict, model, tokenizer, examples, spec: EvalSpec, *, reward_fn, grader,
+                           answer_instruction: Optional[str]) -> None:
+    """A self-checking policy's strategies (inference/self_check.py), in place: the critique score of the pool
+    (spec.critique_score), the combined strategy (spec.combined_n), then every strategy at matched budgets
+    (spec.budget_multiples; it reads the pool's samples, so it runs last)."""
+    from jaxrl_reason.inference import self_check as sc
+
+    if spec.critique_score:
+        sc.add_critique_scores(results, model, tokenizer, critique_format=spec.critique_format,
+                               wording=spec.prompt_wording, normalize=spec.normalize,
+                               batch_size=spec.score_batch_size)
+    if spec.combined_n:
+        from jaxrl_reason.data.prompts import SOLVE_INSTRUCTION
+        from jaxrl_reason.inference.refine import make_generate
+
+        scorer = sc.own_scorer(model, tokenizer, spec.combined_score, normalize=spec.normalize,
+                               batch_size=spec.score_batch_size, check_tokens=spec.check_tokens,
+                               critique_format=spec.critique_format, wording=spec.prompt_wording)
+        # Re-solves are sampled as self-refinement samples them; corrections are greedy as self-correction's are.
+        temperature = ((spec.temperature if spec.refine_temperature is None else spec.refine_temperature)
+                       if spec.combined_revise == "refine" else 0.0)
+        generate = make_generate(model, tokenizer, temperature=temperature, top_p=spec.top_p, top_k=spec.top_k,
+                                 seed=spec.seed + 1, batch_size=spec.batch_size)
+        if spec.combined_revise == "refine":
+            revise = sc.refine_reviser(model, tokenizer, reward_fn, max_new_tokens=spec.max_new_tokens,
+                                       critique_max_new_tokens=spec.critique_max_new_tokens,
+                                       guided_layout=spec.guided_layout, critique_format=spec.critique_format,
+                                       wording=spec.prompt_wording, generate=generate,
+                                       conversation=spec.as_conversation)
+        else:
+            revise = sc.correct_reviser(tokenizer, reward_fn, generate=generate,
+                                        max_new_tokens=spec.correction_max_new_tokens or spec.max_new_tokens,
+                                        answer_instruction=answer_instruction or SOLVE_INSTRUCTION,
+                                        correction_format=spec.correction_format,
+                                        conversation=spec.as_conversation)
+        ks = sorted({k for k in results["ks"] if k <= spec.combined_n} | {spec.combined_n})
+        combined = sc.combined_strategy(model, tokenizer, examples, reward_fn, results, scorer=scorer,
+                                        revise=revise, n=spec.combined_n, ks=ks, threshold=spec.combined_threshold,
+                                        bottom=spec.combined_bottom)
+        combined["config"] = {"n": spec.combined_n, "score": spec.combined_score, "revise": spec.combined_revise,
+                              "threshold": spec.combined_threshold, "bottom": spec.combined_bottom,
+                              "temperature": temperature, "as_conversation": spec.as_conversation}
+        results["combined"] = combined
+    if spec.budget_multiples:
+        results["budgets"] = sc.matched_budgets(results, spec.budget_multiples)
 
 
 def load_data(spec: str, limit: Optional[int] = None) -> list:
@@ -330,7 +425,7 @@ def markdown_table(results: dict) -> str:
         for j, m in enumerate(curve["mean"]):
             std = curve["std"][j] if curve["std"] is not None else None
             cells.append(f"{m:.4f}" + (f" ± {std:.4f}" if std is not None else ""))
-        lines.append(f"| {STRATEGY_LABELS.get(name, name)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_label(name)} | " + " | ".join(cells) + " |")
     tokens = results["tokens_per_question"]
     lines.append("| tokens generated / question | " + " | ".join(f"{t:.0f}" for t in tokens["generated"]) + " |")
     lines.append("| verifier prompt tokens / question | "
@@ -370,7 +465,7 @@ def markdown_table(results: dict) -> str:
         for name, value in bon.items():
             lines.append(f"| {name} | {fmt(value)} | {fmt(chance['accuracy'])} | "
                          f"{'yes' if value > chance['accuracy'] else 'no'} |")
-    lines += _strategy_sections(results)
+    lines += _strategy_sections(results) + _self_check_sections(results)
     return "\n".join(lines) + "\n"
 
 
@@ -427,6 +522,59 @@ def _strategy_sections(results: dict) -> list:
     return lines
 
 
+def _label(name: str) -> str:
+    """A pool strategy's label: the verifier's (test_time.STRATEGY_LABELS) or the critique score's."""
+    from jaxrl_reason.inference.self_check import CRITIQUE_LABELS
+
+    return {**STRATEGY_LABELS, **CRITIQUE_LABELS}.get(name, name)
+
+
+def _self_check_sections(results: dict) -> list:
+    """Markdown for the combined strategy and the matched-budget table, when present."""
+    from jaxrl_reason.experiment.plots import format_table
+
+    lines = []
+    if "combined" in results:
+        from jaxrl_reason.inference.self_check import combined_label
+
+        c = results["combined"]
+        lines += ["", f"## {combined_label(c['config'])}", "",
+                  f"The first k of N = {c['config']['n']} pool samples scored by the model's own "
+                  f"{c['config']['score']} score; those picked revised once ({c['config']['revise']}); a weighted "
+                  "vote over originals and revisions by the same score. tokens: generated per question (samples, "
+                  "critiques, re-solves or corrections); prefill: scoring prompts; revised: share of samples sent. "
+                  f"{c['revisions']} revisions asked, {c['revisions_made']} written.", "",
+                  format_table(c["rows"], ["k", "acc", "tokens", "prefill", "revised"])]
+    turn_rows = []
+    if "turn_tokens" in results.get("refinement", {}):
+        tt = results["refinement"]["turn_tokens"]
+        turn_rows += [{"strategy": "self-refinement", "round": t + 1, "generated": tt["critique"][t] + tt["resolve"][t],
+                       "prompt": tt["prompt"][t], "new_prompt": tt["new_prompt"][t]} for t in range(len(tt["prompt"]))]
+    if "turn_tokens" in results.get("correction", {}):
+        tt = results["correction"]["turn_tokens"]
+        turn_rows += [{"strategy": "self-correction", "round": t, "generated": tt["generated"][t],
+                       "prompt": tt["prompt"][t], "new_prompt": tt["new_prompt"][t]}
+                      for t in range(1, len(tt["prompt"]))]
+    if turn_rows:
+        conv = results.get("refinement", {}).get("config", {}).get("as_conversation") or results.get(
+            "correction", {}).get("as_conversation")
+        lines += ["", f"## Turns ({'one conversation' if conv else 'single-turn prompts'})", "",
+                  "Per question, per round: tokens generated; prompt tokens the model read before them (prompt); of "
+                  "them, new since the last turn (new_prompt: what a prefill continuing from a KV cache reads).", "",
+                  format_table(turn_rows, ["strategy", "round", "generated", "prompt", "new_prompt"])]
+    if "budgets" in results:
+        b = results["budgets"]
+        ms = b["multiples"]
+        lines += ["", f"## Every strategy at matched budgets (unit: one sample, {b['unit_tokens']:.1f} tokens)", "",
+                  f"At budget m x unit, each strategy's setting is {b['rule']}; '-': no setting fits.", "",
+                  "| strategy | " + " | ".join(f"{m}x" for m in ms) + " |", "|---|" + "---|" * len(ms)]
+        for name, cells in b["table"].items():
+            lines.append(f"| {name} | " + " | ".join("-" if c["acc"] is None else
+                                                     f"{c['acc']:.4f} ({c['point']}, {c['tokens']:.0f})"
+                                                     for c in cells) + " |")
+    return lines
+
+
 def strategy_curves(results: dict) -> dict:
     """{name: [{"k"?, "tokens", "acc", "lo"?, "hi"?}]} for `plots.test_time_curves`: every vote at every k (± its
     std), and the token-spending strategies present (refinement rounds, length budgets, forced budgets)."""
@@ -439,7 +587,7 @@ def strategy_curves(results: dict) -> dict:
             if c["std"] is not None:
                 p.update(lo=c["mean"][j] - c["std"][j], hi=c["mean"][j] + c["std"][j])
             pts.append(p)
-        curves[STRATEGY_LABELS.get(name, name)] = pts
+        curves[_label(name)] = pts
     if "refinement" in results:
         curves["self-refinement"] = [{"k": r["round"] + 1, "tokens": r["tokens"], "acc": r["acc"]}
                                      for r in results["refinement"]["rows"]]
@@ -454,6 +602,11 @@ def strategy_curves(results: dict) -> dict:
     for key, label in (("correction", "self-correction"), ("debug_bench", "DebugBench repair")):
         if key in results:
             curves[label] = [{"tokens": r["tokens"], "acc": r["acc"]} for r in results[key]["rows"]]
+    if "combined" in results:
+        from jaxrl_reason.inference.self_check import combined_label
+
+        curves[combined_label(results["combined"]["config"])] = [{"tokens": r["tokens"], "acc": r["acc"]}
+                                                                 for r in results["combined"]["rows"]]
     return {name: [p for p in pts if p["tokens"] > 0] for name, pts in curves.items()}
 
 

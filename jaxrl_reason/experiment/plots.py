@@ -288,6 +288,26 @@ def test_time_curves(curves: Mapping[str, Sequence[Mapping]], *, x: str = "k", p
 test_time_curves.__test__ = False
 
 
+def strategy_budget_curves(arms: Mapping[str, Mapping[str, Sequence[Mapping]]], *, path=None, ax=None) -> Figure:
+    """Every test-time strategy's accuracy against the tokens it generated per question, one panel per arm (the
+    median over seeds at each matched budget: `experiment.compare.strategy_budgets`'s "table", {arm: {strategy:
+    [{"acc", "tokens"}]}}); a budget no setting fits is left out."""
+    if not arms:
+        raise ValueError("arms: no arm to plot")
+    axes = _axes_for(ax, len(arms), width=5.2, height=3.8)
+    for a, (arm, strategies) in zip(axes, arms.items()):
+        curves = {name: [{"tokens": p["tokens"], "acc": p["acc"]} for p in pts
+                         if p["acc"] is not None and p["tokens"]] for name, pts in strategies.items()}
+        curves = {name: pts for name, pts in curves.items() if pts}
+        if not curves:
+            raise ValueError(f"arms[{arm!r}]: no strategy has a point within any budget")
+        test_time_curves(curves, x="tokens", ax=a, title=arm)
+    fig = axes[0].figure
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
 def format_table(rows: Sequence[Mapping], columns: Sequence[str], *, digits: int = 3) -> str:
     """A markdown table of `rows` in the order of `columns` (floats rounded); a missing column is an error."""
     for i, r in enumerate(rows):

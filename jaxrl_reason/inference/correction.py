@@ -26,7 +26,7 @@ import numpy as np
 from jaxrl_reason.data.code_datasets import CorrectionProblem, as_examples
 from jaxrl_reason.data.prompts import CODE_INSTRUCTION, SOLVE_INSTRUCTION, replay_correction_prompt, solve_prompt
 from jaxrl_reason.data.testbed import TASK_MODULES, correction_solution, task_of
-from jaxrl_reason.inference.refine import decode_ids, graded_right, make_generate
+from jaxrl_reason.inference.refine import decode_ids, graded_right, make_generate, next_turn
 from jaxrl_reason.rewards.math import math_reward
 
 Generate = Callable[..., list]  # (prompts: list[list[int]], *, max_new_tokens: int) -> list[list[int]]
@@ -38,11 +38,17 @@ class CorrectionResult(NamedTuple):
     correct: bool  [R + 1, N]  correctness of the standing attempt after round t (0: the given attempts)
     tokens:  int64 [R + 1, N]  tokens generated in round t (round 0: 0, the attempts were given)
     texts:   [N] the attempts after the last round
+    prompt_tokens: int64 [R + 1, N] tokens the model read before round t's correction (round 0: 0; as one
+             conversation: the whole conversation so far), or None when not recorded
+    new_prompt_tokens: the same less what an earlier turn already held (as one conversation: only the new user
+             turn, what a prefill continuing from the KV cache would read)
     """
 
     correct: np.ndarray
     tokens: np.ndarray
     texts: list
+    prompt_tokens: Optional[np.ndarray] = None
+    new_prompt_tokens: Optional[np.ndarray] = None
 
     def summary(self) -> dict:
         """Flat dict: per round, accuracy, fix / break rates against the previous round and against round 0 (nan
@@ -80,11 +86,13 @@ class CorrectionResult(NamedTuple):
 def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Sequence[str], reward_fn, *,
                  rounds: int = 1, max_new_tokens: int = 512, answer_instruction: str = SOLVE_INSTRUCTION,
                  attempt_correct: Optional[Sequence[bool]] = None,
-                 correction_format: str = "solution") -> CorrectionResult:
+                 correction_format: str = "solution", conversation: Optional[Sequence] = None) -> CorrectionResult:
     """Run `rounds` correction rounds from `attempts` (one per example, with `.question`); `reward_fn(texts,
     examples) -> RewardResult`. `attempt_correct` gives round 0's correctness when known (else it is scored).
     `correction_format`: what the prompt asks for (`prompts.replay_correction_prompt`; a run's
-    data.correction_format)."""
+    data.correction_format). `conversation`: [choice] each attempt's prompt token ids; the rounds then run as turns
+    of one conversation (`refine.next_turn`): the correction prompt follows the attempt as the next user turn, and
+    each later round's follows the previous correction. Default: each round a fresh single-turn prompt."""
     if len(attempts) != len(examples):
         raise ValueError(f"self_correct: {len(attempts)} attempts for {len(examples)} examples; give one each")
     if int(rounds) < 1:
@@ -96,17 +104,33 @@ def self_correct(generate: Generate, tokenizer, examples: Sequence, attempts: Se
     if first.shape != (len(examples),):
         raise ValueError(f"self_correct: attempt_correct has shape {first.shape}; give one flag per example")
     correct, tokens = [first], [np.zeros(len(examples), np.int64)]
+    read, new_read = [np.zeros(len(examples), np.int64)], [np.zeros(len(examples), np.int64)]
+    stops = tuple(tokenizer.stop_ids) if conversation is not None else ()
+    if conversation is not None:
+        if len(conversation) != len(examples):
+            raise ValueError(f"self_correct: conversation holds {len(conversation)} prompts for {len(examples)} "
+                             "examples; give one each")
+        history = [list(p) + tokenizer.encode(a) for p, a in zip(conversation, texts)]
     for _ in range(int(rounds)):
-        prompts = tokenizer.encode_ragged([tokenizer.render_prompt(
-            replay_correction_prompt(e.question, t, answer_instruction, correction_format))
-            for e, t in zip(examples, texts)])
+        asks = [replay_correction_prompt(e.question, t, answer_instruction, correction_format)
+                for e, t in zip(examples, texts)]
+        if conversation is None:
+            prompts = tokenizer.encode_ragged([tokenizer.render_prompt(a) for a in asks])
+            new_read.append(np.array([len(p) for p in prompts], np.int64))
+        else:
+            prompts = [next_turn(tokenizer, h, a, stops) for h, a in zip(history, asks)]
+            new_read.append(np.array([len(p) - len(h) + int(bool(h) and h[-1] in stops)
+                                      for p, h in zip(prompts, history)], np.int64))
+        read.append(np.array([len(p) for p in prompts], np.int64))
         ids = generate(prompts, max_new_tokens=max_new_tokens)
+        if conversation is not None:
+            history = [list(p) + list(x) for p, x in zip(prompts, ids)]
         replies = decode_ids(tokenizer, ids)
         correct.append(graded_right(reward_fn, replies, examples))
         texts = replies if tasks is None else [r if k is None else correction_solution(k, e.question, a, r)
                                                for k, e, a, r in zip(tasks, examples, texts, replies)]
         tokens.append(np.array([len(x) for x in ids], np.int64))
-    return CorrectionResult(np.stack(correct), np.stack(tokens), replies)
+    return CorrectionResult(np.stack(correct), np.stack(tokens), replies, np.stack(read), np.stack(new_read))
 
 
 def check_tasks(examples: Sequence) -> list:
@@ -142,13 +166,14 @@ def evaluate_correction(model, tokenizer, examples: Sequence, *, rounds: int = 1
                         prompt_fn: Callable[[str], str] = solve_prompt, answer_instruction: str = SOLVE_INSTRUCTION,
                         max_new_tokens: int = 1024, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                         seed: int = 0, batch_size: int = 8, params=None, correction_format: str = "solution",
-                        correction_max_new_tokens: Optional[int] = None) -> dict:
+                        correction_max_new_tokens: Optional[int] = None, conversation: bool = False) -> dict:
     """The model's own attempts (one per example from `prompt_fn(question)`), then `rounds` correction rounds;
     the `CorrectionResult.summary()` dict plus the solve tokens per example (`correct/round0/tokens_per_example`)
     and "correct" ([R + 1][N] 0/1: each example's standing attempt after each round, for per-question analysis).
     For an evaluation script: `results["correction"] = evaluate_correction(model, tokenizer, examples, rounds=R)`.
     correction_format / correction_max_new_tokens: the corrections' prompt (`self_correct`) and budget (default
-    `max_new_tokens`, the first attempts'; a correction that writes a check first needs room for it)."""
+    `max_new_tokens`, the first attempts'; a correction that writes a check first needs room for it);
+    conversation: the rounds as turns of one conversation after the attempt (`self_correct`)."""
     generate = make_generate(model, tokenizer, params=params, temperature=temperature, top_p=top_p, top_k=top_k,
                              seed=seed, batch_size=batch_size)
     prompts = tokenizer.encode_ragged([tokenizer.render_prompt(prompt_fn(e.question)) for e in examples])
@@ -156,12 +181,16 @@ def evaluate_correction(model, tokenizer, examples: Sequence, *, rounds: int = 1
     attempts = decode_ids(tokenizer, ids)
     res = self_correct(generate, tokenizer, examples, attempts, reward_fn, rounds=rounds,
                        max_new_tokens=correction_max_new_tokens or max_new_tokens,
-                       answer_instruction=answer_instruction, correction_format=correction_format)
+                       answer_instruction=answer_instruction, correction_format=correction_format,
+                       conversation=prompts if conversation else None)
     out = res.summary()
     out["correct/round0/tokens_per_example"] = float(np.mean([len(x) for x in ids])) if len(ids) else 0.0
     out["rows"] = res.rows(round0_tokens=out["correct/round0/tokens_per_example"])
     out["correct"] = res.correct.astype(int).tolist()
     out["correction_format"] = correction_format
+    out["as_conversation"] = bool(conversation)
+    out["turn_tokens"] = {"generated": res.tokens.mean(axis=1).tolist(), "prompt": res.prompt_tokens.mean(axis=1)
+                          .tolist(), "new_prompt": res.new_prompt_tokens.mean(axis=1).tolist()}
     return out
 
 

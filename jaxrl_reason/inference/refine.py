@@ -42,6 +42,10 @@ class RefineResult(NamedTuple):
     critiques: [N] the last critique text of each example ("" if never critiqued)
     well_formed: bool [T, N] round t + 1's critique parsed with every field and no format error (False where
                  not critiqued)
+    turns:     per turn of round t + 1, int64 [T, N] each: "critique" / "resolve" tokens generated, "prompt"
+               tokens the model read before them (both turns' prompts; as one conversation: the whole
+               conversation up to that turn) and "new_prompt" (as one conversation: only the new turns' tokens, what
+               a prefill continuing from the KV cache would read); None when not recorded
     """
 
     correct: np.ndarray
@@ -51,6 +55,7 @@ class RefineResult(NamedTuple):
     solutions: list
     critiques: list
     well_formed: np.ndarray
+    turns: Optional[dict] = None
 
     def per_example(self) -> dict:
         """The per-example arrays as JSON-ready lists (correct, tokens, verdicts, stopped, well_formed): what a
@@ -175,6 +180,16 @@ def make_generate(model, tokenizer, *, params=None, temperature: float = 0.0, to
     return generate
 
 
+def next_turn(tokenizer, history: Sequence[int], user_text: str, stop_ids: Sequence[int] = ()) -> list:
+    """Token ids of a conversation continued by a user turn: `history` (a rendered prompt and the model's replies;
+    a trailing stop id dropped, since the template's end of turn follows), the chat template's end of the model's
+    turn, `user_text` as a user turn, and the start of the model's next reply (`Tokenizer.render_env_turn`)."""
+    history = list(history)
+    if history and history[-1] in set(stop_ids):
+        history = history[:-1]
+    return history + tokenizer.encode(tokenizer.render_env_turn(user_text, role="user"))
+
+
 def decode_ids(tokenizer, ids: Sequence[Sequence[int]]) -> list:
     """Generated token ids [rows][time] -> their texts, special tokens dropped."""
     return [tokenizer.decode(list(x), skip_special_tokens=True) for x in ids]
@@ -196,7 +211,8 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                 generate: Optional[Generate] = None, prompt_fn: Callable[[str], str] = solve_prompt,
                 min_hint_words: int = 10, initial: Optional[Sequence[str]] = None,
                 initial_tokens: Optional[Sequence[int]] = None, guided_layout: str = "after",
-                critique_format: str = "fields", prompt_wording: str = "short") -> RefineResult:
+                critique_format: str = "fields", prompt_wording: str = "short",
+                conversation: bool = False) -> RefineResult:
     """Solve, then up to `rounds` rounds of self-critique and guided re-solving (see the module docstring).
 
     examples:  objects with `.question` (and whatever `reward_fn` reads, e.g. `.answer`)
@@ -210,6 +226,10 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
     critique_format: what the critique prompt asks for (`prompts.critique_prompt`; a run's data.critique_format);
     with "worked_check" the critique budget must hold the check as well
     prompt_wording: the critique and guided prompts' wording (`prompts.PROMPT_WORDINGS`; a run's data.prompt_wording)
+    conversation: [choice] the rounds as turns of one conversation (`next_turn`): the critique prompt follows the
+    solve prompt and the solution as the next user turn, the guided prompt follows the critique, the next round's
+    critique follows the re-solve; each prompt is the one a CURE run trains on, now with the turns before it in
+    context. Default: each a fresh single-turn prompt, as training renders them.
     """
     if rounds < 0:
         raise ValueError(f"self_refine: rounds must be >= 0, got {rounds}")
@@ -237,6 +257,9 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
     critiques = [""] * n
     well_formed = np.zeros((rounds, n), bool)
 
+    turns = {k: np.zeros((rounds, n), np.int64) for k in ("critique", "resolve", "prompt", "new_prompt")}
+    stops = tuple(tokenizer.stop_ids) if conversation else ()
+    first = render([prompt_fn(q) for q in questions]) if initial is None or conversation else None
     if initial is not None:
         if len(initial) != n or (initial_tokens is not None and len(initial_tokens) != n):
             raise ValueError(f"self_refine: initial / initial_tokens hold {len(initial)} / "
@@ -245,10 +268,24 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
         solutions = list(initial)
         tokens[0] = (initial_tokens if initial_tokens is not None
                      else [len(tokenizer.encode(t)) for t in solutions])
+        history = [list(p) + tokenizer.encode(t) for p, t in zip(first, solutions)] if conversation else None
     else:
-        ids = generate(render([prompt_fn(q) for q in questions]), max_new_tokens=max_new_tokens)
+        ids = generate(first, max_new_tokens=max_new_tokens)
         solutions = decode_ids(tokenizer, ids)
         tokens[0] = [len(x) for x in ids]
+        history = [list(p) + list(x) for p, x in zip(first, ids)] if conversation else None
+
+    def ask(rows, texts):
+        """The prompts of one turn for examples `rows`: fresh, or the conversation so far plus the new turn."""
+        if not conversation:
+            return render(texts)
+        return [next_turn(tokenizer, history[i], t, stops) for i, t in zip(rows, texts)]
+
+    def count(t, rows, prompts):
+        for i, p in zip(rows, prompts):
+            kept = len(history[i]) - int(bool(history[i]) and history[i][-1] in stops) if conversation else 0
+            turns["prompt"][t - 1, i] += len(p)
+            turns["new_prompt"][t - 1, i] += len(p) - kept
     correct[0] = graded_right(reward_fn, solutions, examples)
 
     for t in range(1, rounds + 1):
@@ -256,14 +293,18 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
         active = np.flatnonzero(stopped < 0)
         if not len(active):
             continue
-        c_ids = generate(render([critique_prompt(questions[i], solutions[i], critique_format, prompt_wording)
-                                   for i in active]),
-                         max_new_tokens=crit_budget)
+        c_prompts = ask(active, [critique_prompt(questions[i], solutions[i], critique_format, prompt_wording)
+                                 for i in active])
+        count(t, active, c_prompts)
+        c_ids = generate(c_prompts, max_new_tokens=crit_budget)
         c_texts = decode_ids(tokenizer, c_ids)
         parsed = [parse_critique(c, min_hint_words=min_hint_words) for c in c_texts]
         redo = []
-        for i, c_id, c_text, p in zip(active, c_ids, c_texts, parsed):
+        for i, c_prompt, c_id, c_text, p in zip(active, c_prompts, c_ids, c_texts, parsed):
             tokens[t, i] += len(c_id)
+            turns["critique"][t - 1, i] = len(c_id)
+            if conversation:
+                history[i] = list(c_prompt) + list(c_id)
             critiques[i] = c_text
             v = VERDICT_UNPARSED if p.error_found is None else (VERDICT_ERROR if p.error_found else VERDICT_NO_ERROR)
             verdicts[t - 1, i] = v
@@ -274,12 +315,17 @@ def self_refine(model, tokenizer, examples: Sequence[Any], reward_fn: Callable, 
                 redo.append((i, p.hint or ""))
         if not redo:
             continue
-        r_ids = generate(render([guided_prompt(questions[i], h, guided_layout, prompt_wording) for i, h in redo]),
-                         max_new_tokens=max_new_tokens)
+        rows = [i for i, _ in redo]
+        r_prompts = ask(rows, [guided_prompt(questions[i], h, guided_layout, prompt_wording) for i, h in redo])
+        count(t, rows, r_prompts)
+        r_ids = generate(r_prompts, max_new_tokens=max_new_tokens)
         r_texts = decode_ids(tokenizer, r_ids)
         r_ok = graded_right(reward_fn, r_texts, [examples[i] for i, _ in redo])
-        for (i, _), ids_i, text, ok in zip(redo, r_ids, r_texts, r_ok):
+        for (i, _), p, ids_i, text, ok in zip(redo, r_prompts, r_ids, r_texts, r_ok):
             tokens[t, i] += len(ids_i)
+            turns["resolve"][t - 1, i] = len(ids_i)
+            if conversation:
+                history[i] = list(p) + list(ids_i)
             solutions[i] = text
             correct[t, i] = ok
-    return RefineResult(correct, tokens, verdicts, stopped, solutions, critiques, well_formed)
+    return RefineResult(correct, tokens, verdicts, stopped, solutions, critiques, well_formed, turns)

@@ -94,25 +94,28 @@ def evaluate_refinement(model, tokenizer, examples: Sequence[Any], reward_fn: Ca
                         tokens_per_sample: Optional[float] = None, temperature: float = 0.0, top_p: float = 1.0,
                         top_k: int = 0, seed: int = 0, batch_size: int = 8, num_subsets: int = 1000,
                         params=None, guided_layout: str = "after", critique_format: str = "fields",
-                        prompt_wording: str = "short") -> dict:
+                        prompt_wording: str = "short", conversation: bool = False) -> dict:
     """`self_refine` for `rounds` rounds (verdict generated, not forced), then `refinement_report`.
 
     initial / initial_tokens: round 0's solution texts and their generated token counts, e.g. the first sample of
     each question of an evaluation pool; pool_*: that pool's [Q, N] classes / correctness and mean tokens per
-    sample, for majority voting at the same tokens."""
+    sample, for majority voting at the same tokens; conversation: the rounds as turns of one conversation
+    (`refine.self_refine`). "turn_tokens": per round, the mean generated critique / re-solve tokens per question
+    and the prompt tokens read before them (all of them, and only the new turns')."""
     generate = make_generate(model, tokenizer, params=params, temperature=temperature, top_p=top_p, top_k=top_k,
                              seed=seed, batch_size=batch_size)
     res = self_refine(model, tokenizer, examples, reward_fn, rounds=rounds, max_new_tokens=max_new_tokens,
                       critique_max_new_tokens=critique_max_new_tokens, generate=generate, initial=initial,
                       initial_tokens=initial_tokens, guided_layout=guided_layout, critique_format=critique_format,
-                      prompt_wording=prompt_wording)
+                      prompt_wording=prompt_wording, conversation=conversation)
     report = refinement_report(res, pool_classes=pool_classes, pool_correct=pool_correct,
                                tokens_per_sample=tokens_per_sample, num_subsets=num_subsets, seed=seed)
     report["config"] = {"rounds": rounds, "temperature": temperature, "max_new_tokens": max_new_tokens,
                         "critique_max_new_tokens": critique_max_new_tokens or max_new_tokens,
                         "guided_layout": guided_layout, "critique_format": critique_format,
-                        "prompt_wording": prompt_wording,
+                        "prompt_wording": prompt_wording, "as_conversation": bool(conversation),
                         "round0": "pool's first sample" if initial is not None else "generated"}
+    report["turn_tokens"] = {k: v.mean(axis=1).tolist() for k, v in res.turns.items()}
     report["critiques"] = res.critiques
     return report
 
