@@ -77,7 +77,7 @@ def test_tool_spec_is_read_and_checked_before_compute():
         EvalSpec(tools={"tools": ("calculator",), "maxturns": 2})
     ex = arithmetic_examples(2, seed=0, config=ARITH)
     # strategies that re-read single-turn completions are refused with tools, before any model is touched
-    for field, value in (("refine_rounds", 1), ("budget_forcing", (64,)), ("correction_rounds", 1)):
+    for field, value in (("refine_rounds", 1), ("budget_forcing", (128,)), ("correction_rounds", 1)):
         spec = EvalSpec(tools="calculator", **{field: value})
         with pytest.raises(ValueError, match=f"EvalSpec.tools with {field}"):
             evaluate_run(None, None, ex, spec, reward_fn=boxed_reward)
