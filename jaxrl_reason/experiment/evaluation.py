@@ -43,7 +43,7 @@ class EvalSpec:
     """How a checkpoint is evaluated. A field at None is the run's own value when `experiment.compare` evaluates a
     run (max_new_tokens: rl.max_new_tokens, temperature: rl.temperature, seed: the run's seed, check_tokens: its
     data.check_tokens when its verifier writes a check, else 0; guided_layout, critique_format and
-    correction_format: its data section's); `evaluate_run` needs them set."""
+    correction_format: its data section's; tools: its tools section); `evaluate_run` needs them set."""
 
     n: int = _knob(16, "samples per question")
     ks: tuple = _knob((), "comma-separated k values of every vote (empty: 1, 2, 4, ..., n)")
