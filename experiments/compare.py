@@ -8,8 +8,9 @@ An arm is NAME:KEY=VALUE,KEY=VALUE (config overrides, parsed as experiments/trai
 NAME alone is the config as it is). --grid KEY=V1,V2,... makes every arm but the baseline one arm per value
 (several --grid: their product). --set KEY=VALUE overrides the config of every arm. --eval FIELD=VALUE,... turns
 on the test-time evaluation of each final checkpoint on its held-out split (`experiment.evaluation.EvalSpec`
-fields; max_new_tokens, temperature, seed, check_tokens and the guided layout / critique / correction formats
-default to each run's own); without it the report holds the runs' greedy held-out accuracy only.
+fields; max_new_tokens, temperature, seed, check_tokens, the guided layout / critique / correction formats, the
+prompt wording and the tools default to each run's own: a tool arm is evaluated with its tools); without it the
+report holds the runs' greedy held-out accuracy only.
 
 `--set warmup_seed=S` starts every seed's RL from one warm-up, trained at seed S on seed S's data (the seeds then
 vary the RL loop only). Cells train in OUT/runs/ARM/seedSEED (`experiment.pipeline.run`), arms with the same
@@ -17,7 +18,8 @@ warm-up settings start from one warm-up (OUT/warmups/), evaluations are cached b
 (OUT/evals/), so a killed compare rerun with the same command trains and evaluates only what is missing. Writes
 OUT/summary.md (per-arm medians and per-seed values, differences against the baseline with bootstrap intervals,
 pooled over seeds), summary.json and curves.png (held-out accuracy against training tokens, mean +- s.e. over
-seeds). `jaxrl_reason.experiment.compare` holds it all.
+seeds); with a tool arm, tools.png (its reward, tool calls per sample and their success rate per RL step).
+`jaxrl_reason.experiment.compare` holds it all.
 """
 from __future__ import annotations
 

@@ -68,9 +68,10 @@ def _parser() -> argparse.ArgumentParser:
         flag, kind = "--" + f.name.replace("_", "-"), typing.get_args(hints[f.name])[:1] or (hints[f.name],)
         if kind[0] is bool:
             p.add_argument(flag, action="store_true", help=f.metadata["help"])
-        else:  # tuples stay comma-separated text: EvalSpec reads them
-            p.add_argument(flag, type=str if kind[0] is tuple else kind[0], default=f.default,
-                           choices=CHOICES.get(f.name), help=f.metadata["help"] + f" (default {f.default!r})")
+        else:  # tuples and the tools dict stay text: EvalSpec reads them
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            p.add_argument(flag, type=str if kind[0] in (tuple, dict) else kind[0], default=default,
+                           choices=CHOICES.get(f.name), help=f.metadata["help"] + f" (default {default!r})")
     return p
 
 

@@ -276,7 +276,8 @@ def resolve_spec(spec: EvalSpec, rc) -> EvalSpec:
     fill = {"max_new_tokens": rc.rl.max_new_tokens, "temperature": rc.rl.temperature, "seed": rc.seed,
             "check_tokens": rc.data.check_tokens if rc.data.verify_format in CHECK_FORMATS else 0,
             "guided_layout": rc.data.guided_layout, "critique_format": rc.data.critique_format,
-            "correction_format": rc.data.correction_format, "prompt_wording": rc.data.prompt_wording}
+            "correction_format": rc.data.correction_format, "prompt_wording": rc.data.prompt_wording,
+            "tools": dataclasses.asdict(rc.tools) if rc.tools.enabled else {}}
     return dataclasses.replace(spec, **{k: v for k, v in fill.items() if getattr(spec, k) is None})
 
 
@@ -314,6 +315,25 @@ def strategy_scalars(results: dict) -> dict:
     return {k: (None if v is None or v != v else float(v)) for k, v in out.items()}  # nan: none to fix or break
 
 
+def _spec_key(spec: EvalSpec) -> dict:
+    """The spec as its cache key: progress bars do not change a result, and a spec without tools keys as it did
+    before the field existed (earlier evaluations stay cached)."""
+    d = dict(dataclasses.asdict(spec), progress=None)
+    if not d.get("tools"):
+        d.pop("tools", None)
+    return d
+
+
+def tool_scalars(results: dict) -> dict:
+    """A tool pool's headline numbers (`evaluation.evaluate_with_tools`): calls per question, their success rate,
+    turns and environment tokens per conversation; none for a single-turn pool."""
+    t = results.get("tools")
+    if not t:
+        return {}
+    return {"tool_calls_per_question": t["calls_per_question"], "tool_call_success": t["call_success"],
+            "tool_turns": t["turns_mean"], "env_tokens_per_question": t["env_tokens_per_question"]}
+
+
 def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = evaluate_run) -> dict:
     """The evaluation of a cell's final checkpoint on its held-out split under `spec`, cached in `cache_dir` by
     (checkpoint bytes, held-out file, resolved spec, the run's data section and answer instruction): a second call
@@ -330,7 +350,7 @@ def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = eval
     answer_instruction = extra.get("answer_instruction")
     # what grades and prompts the evaluation (the task, a CIPO run's answer instruction) is part of its key too
     key = hashlib.sha256("|".join([_checkpoint_digest(final), open(heldout).read(),
-                                   json.dumps(dict(dataclasses.asdict(spec), progress=None), sort_keys=True),
+                                   json.dumps(_spec_key(spec), sort_keys=True),
                                    json.dumps(run_config_dict(rc)["data"], sort_keys=True, default=str),
                                    str(answer_instruction)]).encode()).hexdigest()[:20]
     path = os.path.join(cache_dir, f"{key}.json")
@@ -389,7 +409,8 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
     `configs.load_config_file(path)` as experiments/compare.py loads it); arms: `Arm`s or their
     "name:key=value,..." strings; baseline: the arm the others are compared with (default: the first); grid:
     {key: [values]} applied to every arm but the baseline; train: what trains one cell (`pipeline.run`).
-    Writes <out_dir>/summary.json, summary.md and curves.png; returns the summary."""
+    Writes <out_dir>/summary.json, summary.md and curves.png (and tools.png, the tool arms' reward, calls per sample
+    and call success per RL step); returns the summary."""
     from jaxrl_reason.experiment.pipeline import run
 
     train = train or run
@@ -421,9 +442,12 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
             e = evaluate_cell(cfg, spec, os.path.join(out_dir, "evals"), evaluate)
             n = e["n"]
             cell["eval"] = {k: float(np.mean(v)) for k, v in e["per_question"].items()}
-            cell["eval"].update({"verifier_balanced_accuracy": e["verifier"]["self"]["balanced_accuracy"],
-                                 "verifier_within_question_auroc": e["verifier"]["self"].get("within_question_auroc"),
-                                 "mean_completion_tokens": e["mean_completion_tokens"]})
+            verifier = e["verifier"].get("self")  # a tool pool has no verifier scores
+            if verifier is not None:
+                cell["eval"].update({"verifier_balanced_accuracy": verifier["balanced_accuracy"],
+                                     "verifier_within_question_auroc": verifier.get("within_question_auroc")})
+            cell["eval"]["mean_completion_tokens"] = e["mean_completion_tokens"]
+            cell["eval"].update(tool_scalars(e))
             cell["eval"].update(strategy_scalars(e))
             cell["per_question"] = e["per_question"]
             cell["n"] = n
@@ -446,6 +470,13 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
         budget_curves({a: [{"x": c["x"], "y": c["y"]} for c in summary["curves"][a]] for a in summary["curves"]},
                       path=os.path.join(out_dir, "curves.png"),
                       title=f"held-out accuracy, seeds {','.join(map(str, seeds))}")
+        tool_arms = {a.name: [os.path.join(results[a.name, s]["workdir"], "logs", "metrics.jsonl") for s in seeds]
+                     for a in arms if read_run_config(cells[a.name, seeds[0]]).tools.enabled}
+        if tool_arms:  # how the policy uses its tools during RL: calls per sample and their success rate
+            from jaxrl_reason.experiment.plots import sweep_curves
+
+            sweep_curves(tool_arms, ["reward/mean", "tools/calls_per_sample", "tools/call_success"],
+                         path=os.path.join(out_dir, "tools.png"))
     return summary
 
 

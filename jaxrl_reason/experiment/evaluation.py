@@ -21,14 +21,15 @@ from jaxrl_reason.data.testbed import TASK_MODULES as TESTBED_TASKS
 from jaxrl_reason.inference.test_time import STRATEGY_LABELS, evaluate
 from jaxrl_reason.knobs import check_known, plain
 
-__all__ = ["EvalSpec", "GRADERS", "answer_reward", "check_request", "evaluate_run", "example_grader",
-           "example_reward", "load_data", "load_debug_bench", "load_policy", "markdown_table", "plot_curves", "read_eval_spec", "strategy_curves",
+__all__ = ["EvalSpec", "GRADERS", "answer_reward", "check_request", "evaluate_run", "evaluate_with_tools",
+           "example_grader", "example_reward", "load_data", "load_debug_bench", "load_policy", "markdown_table",
+           "plot_curves", "read_eval_spec", "read_tools", "strategy_curves", "tokens_per_turn", "tool_section",
            "write_outputs"]
 
 
 # The fields a run can fill in (`experiment.compare.resolve_spec`) when a spec leaves them at None.
 RUN_OWN = ("max_new_tokens", "temperature", "seed", "check_tokens", "guided_layout", "critique_format",
-           "correction_format", "prompt_wording")
+           "correction_format", "prompt_wording", "tools")
 
 
 def _knob(default, meaning: str):
@@ -41,7 +42,7 @@ class EvalSpec:
     """How a checkpoint is evaluated. A field at None is the run's own value when `experiment.compare` evaluates a
     run (max_new_tokens: rl.max_new_tokens, temperature: rl.temperature, seed: the run's seed, check_tokens: its
     data.check_tokens when its verifier writes a check, else 0; guided_layout, critique_format and
-    correction_format: its data section's); `evaluate_run` needs them set."""
+    correction_format: its data section's; tools: its tools section); `evaluate_run` needs them set."""
 
     n: int = _knob(16, "samples per question")
     ks: tuple = _knob((), "comma-separated k values of every vote (empty: 1, 2, 4, ..., n)")
@@ -108,6 +109,11 @@ class EvalSpec:
                                   "the trained one as the next user turn (default: fresh single-turn prompts)")
     budget_multiples: tuple = _knob((1, 2, 4, 8), "comma-separated budgets in units of one pool sample's mean "
                                     "tokens: every strategy's accuracy there (empty: no budget table)")
+    # A dict, not a ToolConfig, so that the spec stays JSON (its cache key) and a CLI flag can write it.
+    tools: Optional[dict] = dataclasses.field(default_factory=dict, metadata={"help": (
+        "the policy's tools: comma-separated tool names (calculator,python) or a dict of rollout.ToolConfig fields; "
+        "each sample is then a multi-turn conversation with them (a tool run's `tools` section when compare "
+        "evaluates it; empty: single-turn samples)")})
 
     def __post_init__(self):
         for name in ("ks", "length_budgets", "budget_forcing", "budget_multiples"):
@@ -140,6 +146,7 @@ class EvalSpec:
                               ("critique_format", CRITIQUE_FORMATS), ("correction_format", CORRECTION_FORMATS)):
             if getattr(self, name) not in allowed and not (name != "grader" and getattr(self, name) is None):
                 raise ValueError(f"EvalSpec.{name} must be one of {' | '.join(allowed)}, got {getattr(self, name)!r}")
+        object.__setattr__(self, "tools", read_tools(self.tools))
         from jaxrl_reason.rewards.math import ANSWER_EXTRACTIONS
 
         if self.answer_extraction not in ANSWER_EXTRACTIONS:
@@ -241,6 +248,11 @@ def evaluate_run(model, tokenizer, examples: Optional[Sequence], spec: EvalSpec,
                      score_batch_size=spec.score_batch_size, progress=spec.progress, **sampling)
     if examples is None:
         results = {"config": {"max_new_tokens": spec.max_new_tokens, "seed": spec.seed}}
+    elif spec.tools:  # a tool-using policy: a pool of conversations with its tools
+        if judge is not None:
+            raise ValueError("EvalSpec.tools with a judge: the judge reads single-turn completions; drop one")
+        results = evaluate_with_tools(model, tokenizer, examples, spec, reward_fn=reward_fn, prompt_fn=prompt_fn,
+                                      grader=grader)
     else:
         results = evaluate(model, tokenizer, examples, n=spec.n, max_new_tokens=spec.max_new_tokens, seed=spec.seed,
                            ks=list(spec.ks) or None, judge=judge, **pool_args)
@@ -465,6 +477,7 @@ def markdown_table(results: dict) -> str:
         for name, value in bon.items():
             lines.append(f"| {name} | {fmt(value)} | {fmt(chance['accuracy'])} | "
                          f"{'yes' if value > chance['accuracy'] else 'no'} |")
+    lines += tool_section(results)
     lines += _strategy_sections(results) + _self_check_sections(results)
     return "\n".join(lines) + "\n"
 
@@ -696,3 +709,154 @@ def example_reward(grader: str, extraction: str = "boxed"):
     from jaxrl_reason.data import testbed
 
     return functools.partial(testbed.reward, testbed.task_of(grader))
+
+
+# ---- Evaluation of a tool-using policy (issue 59): its pool is multi-turn conversations with its tools ----------
+
+# What a tool pool does not serve: each reads or re-prompts single-turn completions, untested on conversations.
+_NOT_WITH_TOOLS = ("refine_rounds", "length_budgets", "budget_forcing", "correction_rounds", "check_tokens",
+                   "critique_score", "combined_n", "as_conversation")
+
+
+def read_tools(value) -> Optional[dict]:
+    """EvalSpec.tools as a plain dict of `rollout.ToolConfig` fields ({}: no tools; None: the run's own, left for
+    `experiment.compare` to fill in). Takes a dict, a ToolConfig, comma-separated tool names or a dict literal;
+    refuses an unknown field or tool, naming it and the valid ones."""
+    import ast
+
+    from jaxrl_reason.rollout import ToolConfig
+
+    if value is None:
+        return None
+    if isinstance(value, ToolConfig):
+        value = dataclasses.asdict(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise ValueError(f"EvalSpec.tools: {value!r} is not a dict literal; write e.g. "
+                                 "{'tools': ('calculator',), 'max_turns': 3} or calculator,python") from None
+        else:
+            value = {"tools": tuple(t.strip() for t in text.split(",") if t.strip())}
+    value = plain(value)
+    if not isinstance(value, dict):
+        raise ValueError(f"EvalSpec.tools must be tool names or a dict of ToolConfig fields, got {value!r}")
+    check_known("eval.tools", value, [f.name for f in dataclasses.fields(ToolConfig)])
+    try:
+        cfg = ToolConfig(**value)
+    except ValueError as e:
+        raise ValueError(f"EvalSpec.tools: {e}") from None
+    return dataclasses.asdict(cfg) if cfg.enabled else {}
+
+
+def evaluate_with_tools(model, tokenizer, examples: Sequence, spec: EvalSpec, *, reward_fn, prompt_fn=None,
+                        grader=None) -> dict:
+    """The pool of a tool-using policy: `spec.n` conversations per question with the tools `spec.tools` names
+    (`rollout.multi_turn_sample`, from the environment's first message, within `spec.max_new_tokens` model and
+    environment tokens), graded on the model's turns (an environment's own reward wins where it gives one). The
+    result has `evaluate`'s layout (pass@k and maj@k; no verifier scores) and a "tools" section: calls per
+    question, their success rate, turns, and model / environment tokens per turn."""
+    import jax
+    import numpy as np
+
+    from jaxrl_reason.data.prompts import solve_prompt
+    from jaxrl_reason.inference import estimators as est
+    from jaxrl_reason.inference.test_time import accuracy_curves
+    from jaxrl_reason.rewards.math import equivalence_classes
+    from jaxrl_reason.rollout import ToolConfig
+    from jaxrl_reason.rollout.multiturn import multi_turn_sample
+
+    if not spec.tools:
+        raise ValueError("evaluate_with_tools: EvalSpec.tools names no tool; set it (e.g. tools=calculator)")
+    off = [f for f in _NOT_WITH_TOOLS if getattr(spec, f)]
+    if off:
+        raise ValueError(f"EvalSpec.tools with {', '.join(off)}: those strategies re-read single-turn completions "
+                         "and are not built for tool conversations; set them to 0 / empty or drop tools")
+    examples = list(examples)
+    if not examples:
+        raise ValueError("evaluate_with_tools: no examples given")
+    cfg = ToolConfig(**spec.tools)
+    make_env = cfg.make_env(prompt_fn or solve_prompt)
+    q, n = len(examples), spec.n
+    ks = est.power_of_two_ks(n) if not spec.ks else sorted(spec.ks)
+    key = jax.random.PRNGKey(spec.seed)
+    texts, finish, turns, calls, calls_ok, env_rewards = [], [], [], [], [], []
+    for start in range(0, q, spec.batch_size):
+        out = multi_turn_sample(model, tokenizer, examples[start:start + spec.batch_size], make_env,
+                                jax.random.fold_in(key, start), config=cfg, max_tokens=spec.max_new_tokens,
+                                num_samples=n, temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k)
+        texts += list(out.texts)
+        finish += list(out.finish)
+        turns += list(out.turns)
+        calls.append(out.calls)
+        calls_ok.append(out.calls_ok)
+        env_rewards.append(out.env_rewards)
+    calls, calls_ok, env_rewards = (np.concatenate(x) for x in (calls, calls_ok, env_rewards))
+    repeated = [e for e in examples for _ in range(n)]
+    reward = reward_fn(texts, repeated)
+    scores = np.where(np.isnan(env_rewards), np.asarray(reward.scores, np.float64), env_rewards)
+    correct = scores.reshape(q, n)
+    answers = [d.get("extracted") for d in reward.details]
+    classes = np.array([equivalence_classes(answers[i * n:(i + 1) * n], grader=grader) for i in range(q)],
+                       np.int64).reshape(q, n)
+    model_tokens = np.array([sum(m for m, _ in t) for t in turns], np.float64)
+    env_tokens = np.array([sum(e or 0 for _, e in t) for t in turns], np.float64)
+    mean_model, mean_env = float(model_tokens.mean()), float(env_tokens.mean())
+    return {
+        "num_questions": q, "n": n, "ks": ks, "num_subsets": spec.num_subsets,
+        "sample_accuracy": float(correct.mean()),
+        "strategies": accuracy_curves(correct, classes, ks, num_subsets=spec.num_subsets, seed=spec.seed),
+        # the environment's tokens are read, not generated: counted apart, as the trainer's masks count them
+        "tokens_per_question": {"generated": [k * mean_model for k in ks],
+                                "environment": [k * mean_env for k in ks],
+                                "verifier_prompt": [0.0 for _ in ks]},
+        "mean_completion_tokens": mean_model,
+        "no_answer_rate": float((classes < 0).mean()),
+        "finish_reasons": {f: float(np.mean([x == f for x in finish])) for f in ("eos", "length", "budget",
+                                                                                 "max_turns")},
+        "verifier": {}, "vote_headroom": {},
+        "tools": {"tools": list(cfg.tools), "calls_per_question": float(calls.mean()),
+                  "call_success": float(calls_ok.sum() / calls.sum()) if calls.sum() else None,
+                  "turns_mean": float(np.mean([len(t) for t in turns])),
+                  "model_tokens_per_question": mean_model, "env_tokens_per_question": mean_env,
+                  "per_turn": tokens_per_turn(turns)},
+        "config": {"max_new_tokens": spec.max_new_tokens, "temperature": spec.temperature, "top_p": spec.top_p,
+                   "top_k": spec.top_k, "seed": spec.seed, "tools": spec.tools},
+        "samples": [{"id": e.id, "question": e.question, "gold": e.answer, "completions": texts[i * n:(i + 1) * n],
+                     "answers": answers[i * n:(i + 1) * n], "classes": classes[i].tolist(),
+                     "correct": correct[i].tolist(), "lengths": model_tokens[i * n:(i + 1) * n].tolist(),
+                     "env_tokens": env_tokens[i * n:(i + 1) * n].tolist(),
+                     "calls": calls[i * n:(i + 1) * n].tolist(), "calls_ok": calls_ok[i * n:(i + 1) * n].tolist(),
+                     "turns": [list(map(list, t)) for t in turns[i * n:(i + 1) * n]],
+                     "finish": finish[i * n:(i + 1) * n]} for i, e in enumerate(examples)],
+    }
+
+
+def tokens_per_turn(turns: Sequence) -> list:
+    """[{turn, rows, model_tokens, env_tokens}] per turn index: how many conversations reached the turn and their
+    mean model tokens in it and environment tokens after it (0 where the turn called no tool)."""
+    import numpy as np
+
+    out = []
+    for t in range(max((len(x) for x in turns), default=0)):
+        at = [x[t] for x in turns if len(x) > t]
+        out.append({"turn": t + 1, "rows": len(at), "model_tokens": float(np.mean([m for m, _ in at])),
+                    "env_tokens": float(np.mean([e or 0 for _, e in at]))})
+    return out
+
+
+def tool_section(results: dict) -> list:
+    """Markdown lines of a tool pool's "tools" section (none without it)."""
+    t = results.get("tools")
+    if not t:
+        return []
+    success = "-" if t["call_success"] is None else f"{t['call_success']:.3f}"
+    lines = ["", f"## Tools ({', '.join(t['tools'])})", "",
+             f"Calls per question {t['calls_per_question']:.2f} (success {success}); turns {t['turns_mean']:.2f}; "
+             f"model / environment tokens per conversation {t['model_tokens_per_question']:.1f} / "
+             f"{t['env_tokens_per_question']:.1f}.", "",
+             "| turn | conversations | model tokens | environment tokens |", "|---|---|---|---|"]
+    lines += [f"| {r['turn']} | {r['rows']} | {r['model_tokens']:.1f} | {r['env_tokens']:.1f} |" for r in t["per_turn"]]
+    return lines

@@ -156,7 +156,7 @@ def evaluate_tool_accuracy(model, params, tokenizer, examples, reward_fn, make_e
     its tools, graded on the model's turns; also tool calls per question, their success rate and tokens per turn
     (model and environment)."""
     key = jax.random.PRNGKey(0) if key is None else key
-    correct, calls, ok, turns, model_tok, env_tok = [], [], [], [], [], []
+    correct, calls, ok, turns, model_tok, env_tok, lengths, finished = [], [], [], [], [], [], [], []
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
         out = multi_turn_sample(model, tokenizer, chunk, make_env, jax.random.fold_in(key, start), config=tools,
@@ -169,10 +169,15 @@ def evaluate_tool_accuracy(model, params, tokenizer, examples, reward_fn, make_e
         turns.extend(len(t) for t in out.turns)
         model_tok.extend(m for t in out.turns for m, _ in t)
         env_tok.extend(e for t in out.turns for _, e in t if e)
+        lengths.extend(len(c) for c in out.completions)
+        finished.extend(f == "eos" for f in out.finish)
     return {"accuracy": float(np.mean(correct)), "calls_per_question": float(np.mean(calls)),
             "call_success": float(np.sum(ok) / max(np.sum(calls), 1)), "turns_mean": float(np.mean(turns)),
             "model_tokens_per_turn": float(np.mean(model_tok)),
-            "env_tokens_per_turn": float(np.mean(env_tok)) if env_tok else 0.0, "num_examples": len(examples)}
+            "env_tokens_per_turn": float(np.mean(env_tok)) if env_tok else 0.0, "num_examples": len(examples),
+            # the run's before/after table reads these, as for single-turn rows: tokens after the prompt (model and
+            # environment) and the share of conversations that ended their reply
+            "mean_length": float(np.mean(lengths)), "finished_frac": float(np.mean(finished))}
 
 
 class Trainer:
