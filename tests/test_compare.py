@@ -1,6 +1,7 @@
 """experiment.compare: arms are config overrides, a warm-up is trained once per warm-up key, evaluations are cached
 by checkpoint and spec, a killed compare reruns only what is missing, and the paired differences are what they
 claim on synthetic numbers."""
+import dataclasses
 import json
 import os
 
@@ -321,3 +322,21 @@ def test_warmup_seed_gives_the_same_data_and_warmup_to_other_run_seeds(tmp_path)
     # without warmup_seed, seed 1 would draw another training split (and init): the equality above is the knob's
     data = read_run_config(tiny_base()).data
     assert [e.question for e in build_data(data, 1).train] != [e.question for e in build_data(data, 0).train]
+
+
+def test_resolve_spec_fills_the_runs_own_fields_and_its_critique_budget():
+    from jaxrl_reason.configs import load_config_file
+    from jaxrl_reason.experiment.config import read_run_config
+    from jaxrl_reason.experiment.evaluation import RUN_OWN, read_eval_spec
+
+    spec = read_eval_spec(dict.fromkeys(RUN_OWN))
+    cure = read_run_config(load_config_file("testbed_latin_cure"))
+    got = cmp.resolve_spec(spec, cure)
+    assert (got.max_new_tokens, got.temperature, got.guided_layout) == (cure.rl.max_new_tokens, cure.rl.temperature,
+                                                                        cure.data.guided_layout)
+    # the critique budget the run trained at, not the solve budget (32 tokens would cut every critique)
+    assert got.critique_max_new_tokens == cure.method.extra["critique_max_new_tokens"] == 160
+    assert got.correction_max_new_tokens is None  # CURE has no correction budget: evaluate_run's default
+    assert cmp.resolve_spec(dataclasses.replace(spec, critique_max_new_tokens=48), cure).critique_max_new_tokens == 48
+    grpo = read_run_config(tiny_base())
+    assert cmp.resolve_spec(spec, grpo).critique_max_new_tokens is None

@@ -270,7 +270,9 @@ def _checkpoint_digest(path: str) -> str:
 def resolve_spec(spec: EvalSpec, rc) -> EvalSpec:
     """The spec's run-own fields (None, `evaluation.RUN_OWN`) filled from the run: its completion budget,
     temperature, seed, the check its verifier writes (data.check_tokens when data.verify_format writes one, else 0)
-    and its guided layout, critique and correction formats and prompt wording."""
+    and its guided layout, critique and correction formats and prompt wording; and, when the spec leaves them
+    None, the critique and correction budgets its method trained at (`method.extra`; 0 there: the response
+    budget)."""
     from jaxrl_reason.data.testbed import CHECK_FORMATS
 
     fill = {"max_new_tokens": rc.rl.max_new_tokens, "temperature": rc.rl.temperature, "seed": rc.seed,
@@ -278,6 +280,12 @@ def resolve_spec(spec: EvalSpec, rc) -> EvalSpec:
             "guided_layout": rc.data.guided_layout, "critique_format": rc.data.critique_format,
             "correction_format": rc.data.correction_format, "prompt_wording": rc.data.prompt_wording,
             "tools": dataclasses.asdict(rc.tools) if rc.tools.enabled else {}}
+    # A critique or correction budget the run trained at (its method's knob; 0 there = the response budget, as
+    # None here) caps those generations at test time too: a critique cut at the solve budget is not well-formed.
+    knobs = dict(rc.method.extra)
+    for name in ("critique_max_new_tokens", "correction_max_new_tokens"):
+        if knobs.get(name):
+            fill[name] = int(knobs[name])
     return dataclasses.replace(spec, **{k: v for k, v in fill.items() if getattr(spec, k) is None})
 
 
