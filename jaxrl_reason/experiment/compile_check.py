@@ -75,7 +75,10 @@ def libtpu_available() -> bool:
 def cuda_plugin_available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    try:
+        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    except ModuleNotFoundError:  # no plugin of any kind: the `jax_plugins` namespace package itself is absent
+        return False
 
 
 def gpu_topology_devices(name: str) -> list:
