@@ -441,9 +441,12 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
                                      method.guided_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
     if "correct" in parts:
         corr_prompt = power_of_two(shapes.sample_prompt_len + shapes.new_tokens)
-        exes += _sampler_executables("correction", graphdef, params, mesh, cfg, method.replay_prompts or q,
+        replay = method.replay_prompts or q
+        per_call = min(method.correction_prompts_per_call or replay, replay)
+        exes += _sampler_executables("correction", graphdef, params, mesh, cfg, per_call,
                                      method.correction_samples, corr_prompt,
-                                     method.correction_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
+                                     method.correction_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes,
+                                     calls=-(-replay // per_call))
     if getattr(method, "vine_samples", 0):  # VinePPO: K continuations of every step boundary of every rollout
         states = q * g * (method.max_steps - 1 + (0 if method.s0_from_group else 1))  # at its cap
         per_call = min(method.vine_prompts_per_call or states, states)
