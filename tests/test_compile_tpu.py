@@ -254,3 +254,33 @@ def test_cipo_accelerator_presets_plan_a_node_whose_rows_hold_solves_and_correct
                       memory.BatchSettings(p.train_rows, p.context, p.sample_rows, sample_length, r.micro_batches,
                                            r.logprob_chunk))
     assert not one.fits(hbm)  # why the node: the same batch on one GPU does not fit
+
+
+def test_vine_and_correction_samplers_are_compiled_per_call_and_verify_rows_counted():
+    """Without compiling (abstract shapes on the CPU mesh): VinePPO's continuations become a `vine` sampler at
+    `vine_prompts_per_call` states a call, called once per chunk of the states at the `max_steps` cap; CIPO's
+    corrections a `correction` sampler at `correction_prompts_per_call` replay prompts a call; a `_v` method's
+    update holds a verify row per rollout."""
+    import jax
+
+    def exes(name, *over):
+        rc = read_run_config(load_config_file(str(ROOT / "jaxrl_reason" / "configs" / name), list(over)))
+        cfg, _ = cc.run_model_config(rc)
+        mesh = cc.topology_mesh({"data": 1, "fsdp": 1, "tp": 1}, jax.devices()[:1])
+        out, info = cc.step_executables(rc, cfg, mesh)
+        return {e.name: e for e in out}, info, rc
+
+    vine, info, rc = exes("vineppo_qwen25_math_1p5b.py")
+    states = rc.rl.prompts_per_step * rc.rl.samples_per_prompt * (rc.method.extra["max_steps"] - 1)
+    per_call = rc.method.extra["vine_prompts_per_call"]
+    assert vine["vine decode"].calls == -(-states // per_call) and vine["vine prefill"].calls == vine["vine decode"].calls
+    assert vine["vine decode"].note == f"{per_call * rc.method.extra['vine_samples']} rows x {rc.rl.max_new_tokens} steps"
+    assert info["shapes"]["train_rows"] == 2 * rc.rl.prompts_per_step * rc.rl.samples_per_prompt  # + verify rows
+    whole, _, _ = exes("vineppo_qwen25_math_1p5b.py", "--config.method.extra.vine_prompts_per_call=0")
+    # one call over every state does the work of all the chunked calls (2,432 padded states either way)
+    assert whole["vine decode"].calls == 1 and whole["vine decode"].flops == pytest.approx(
+        vine["vine decode"].flops * vine["vine decode"].calls, rel=0.02)
+
+    corr, _, rc = exes("cipo_qwen3_4b_math.py", "--config.method.extra.correction_prompts_per_call=8")
+    assert corr["correction decode"].calls == rc.rl.prompts_per_step // 8
+    assert corr["correction decode"].note.startswith(f"{8 * rc.method.extra['correction_samples']} rows")
