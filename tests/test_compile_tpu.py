@@ -273,8 +273,10 @@ def test_vine_and_correction_samplers_are_compiled_per_call_and_verify_rows_coun
     vine, info, rc = exes("vineppo_qwen25_math_1p5b.py")
     states = rc.rl.prompts_per_step * rc.rl.samples_per_prompt * (rc.method.extra["max_steps"] - 1)
     per_call = rc.method.extra["vine_prompts_per_call"]
-    assert vine["vine decode"].calls == -(-states // per_call) and vine["vine prefill"].calls == vine["vine decode"].calls
-    assert vine["vine decode"].note == f"{per_call * rc.method.extra['vine_samples']} rows x {rc.rl.max_new_tokens} steps"
+    calls = -(-states // per_call)
+    assert vine["vine decode"].calls == calls and vine["vine prefill"].calls == calls
+    rows = per_call * rc.method.extra["vine_samples"]
+    assert vine["vine decode"].note == f"{rows} rows x {rc.rl.max_new_tokens} steps"
     assert info["shapes"]["train_rows"] == 2 * rc.rl.prompts_per_step * rc.rl.samples_per_prompt  # + verify rows
     whole, _, _ = exes("vineppo_qwen25_math_1p5b.py", "--config.method.extra.vine_prompts_per_call=0")
     # one call over every state does the work of all the chunked calls (2,432 padded states either way)
