@@ -89,6 +89,26 @@ def build(tok, method, rewards=REWARDS, seed=0):
     return ro, sampler, batch, metrics
 
 
+def test_correction_prompts_per_call_reaches_the_sampler_and_changes_nothing_else(tokenizer):
+    """correction_prompts_per_call caps the replay prompts sampled together (`sample(prompts_per_call=...)`, which
+    returns one call's samples); 0 passes no keyword, so any sampler works as before."""
+    class Recording(ScriptedSampler):
+        def __call__(self, prompts, num_samples=1, max_new_tokens=64, **kw):
+            self.kw = kw
+            return super().__call__(prompts, num_samples, max_new_tokens)
+
+    out = {}
+    for per_call in (0, 2):
+        ro, sampler = make_rollouts(tokenizer), Recording(tokenizer)
+        ctx = Context(tokenizer, sampler, reward, np.random.default_rng(0), tokenizer.pad_id)
+        out[per_call] = CIPO(correction_samples=2, correction_prompts_per_call=per_call).build(ro, ctx)[0]
+        assert sampler.kw == ({"prompts_per_call": 2} if per_call else {})
+    for a, b in zip(out[0], out[2]):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="correction_prompts_per_call must be >= 0"):
+        CIPO(correction_prompts_per_call=-1)
+
+
 # ------------------------------------------------------------------------------------------ pure pieces
 
 

@@ -215,3 +215,74 @@ def test_update_and_decode_compile_for_h100_without_a_gpu(tmp_path):
 def test_a_bad_gpu_topology_names_the_gpu_form(topology):
     with pytest.raises(cc.CompileCheckError, match=r"CHIP:\[NODESx\]GPUS.*h100"):
         cc.topology_devices(topology)
+
+
+@pytest.mark.parametrize("name,model", [("cipo_qwen3_4b_math.py", "qwen3-4b"),
+                                        ("cipo_seed_coder_8b.py", "seed-coder-8b-instruct")])
+def test_cipo_accelerator_presets_plan_a_node_whose_rows_hold_solves_and_corrections(name, model):
+    """The CIPO presets plan for an 8-GPU node (one device cannot hold their correction caches or optimizer
+    state): the planned update holds the solve rows and one correction group per query, a correction row's prompt
+    (question + a whole attempt) and its correction fit the planned context, the model shape comes from a preset
+    without weights, and the planner's peak for that batch fits the device memory named."""
+    from jaxrl_reason.methods import make_method
+    from jaxrl_reason.parallel import memory
+    from jaxrl_reason.parallel.mesh import resolve_mesh_shape
+
+    c = load_config_file(str(ROOT / "jaxrl_reason" / "configs" / name))
+    rc = read_run_config(c)
+    cfg, source = cc.run_model_config(rc)
+    assert source == f"preset {model}"
+    r, p = rc.rl, rc.parallel.plan
+    method = make_method({**c.method.to_dict(), "max_len": r.max_new_tokens})
+    q, g = r.prompts_per_step, r.samples_per_prompt
+    corrections = (method.replay_prompts or q) * method.correction_samples
+    assert p.train_rows >= q * g + corrections and p.sample_rows >= max(q * g, corrections)
+    budget = method.correction_max_new_tokens or r.max_new_tokens
+    assert p.prompt_tokens + r.max_new_tokens + 64 + budget <= p.context  # + the replay template
+    mesh = dict(zip(("data", "fsdp", "tp"), resolve_mesh_shape(dict(rc.parallel.mesh_shape), 8)))
+    assert mesh["fsdp"] == 8
+    shapes = cc.step_shapes(rc, method.name)
+    cc.check_batch(shapes, 8)  # the update's rows split into micro-batches over the node
+    from jaxrl_reason.buckets import power_of_two
+
+    sample_length = power_of_two(p.prompt_tokens + r.max_new_tokens) + budget  # the correction sampler's slots
+    plan = memory.plan(cfg, mesh, memory.BatchSettings(p.train_rows, p.context, p.sample_rows, sample_length,
+                                                       r.micro_batches, r.logprob_chunk))
+    hbm = rc.parallel.device_memory_gb * memory.GiB
+    assert plan.fits(hbm), plan.table(hbm)
+    one = memory.plan(cfg, {"data": 1, "fsdp": 1, "tp": 1},
+                      memory.BatchSettings(p.train_rows, p.context, p.sample_rows, sample_length, r.micro_batches,
+                                           r.logprob_chunk))
+    assert not one.fits(hbm)  # why the node: the same batch on one GPU does not fit
+
+
+def test_vine_and_correction_samplers_are_compiled_per_call_and_verify_rows_counted():
+    """Without compiling (abstract shapes on the CPU mesh): VinePPO's continuations become a `vine` sampler at
+    `vine_prompts_per_call` states a call, called once per chunk of the states at the `max_steps` cap; CIPO's
+    corrections a `correction` sampler at `correction_prompts_per_call` replay prompts a call; a `_v` method's
+    update holds a verify row per rollout."""
+    import jax
+
+    def exes(name, *over):
+        rc = read_run_config(load_config_file(str(ROOT / "jaxrl_reason" / "configs" / name), list(over)))
+        cfg, _ = cc.run_model_config(rc)
+        mesh = cc.topology_mesh({"data": 1, "fsdp": 1, "tp": 1}, jax.devices()[:1])
+        out, info = cc.step_executables(rc, cfg, mesh)
+        return {e.name: e for e in out}, info, rc
+
+    vine, info, rc = exes("vineppo_qwen25_math_1p5b.py")
+    states = rc.rl.prompts_per_step * rc.rl.samples_per_prompt * (rc.method.extra["max_steps"] - 1)
+    per_call = rc.method.extra["vine_prompts_per_call"]
+    calls = -(-states // per_call)
+    assert vine["vine decode"].calls == calls and vine["vine prefill"].calls == calls
+    rows = per_call * rc.method.extra["vine_samples"]
+    assert vine["vine decode"].note == f"{rows} rows x {rc.rl.max_new_tokens} steps"
+    assert info["shapes"]["train_rows"] == 2 * rc.rl.prompts_per_step * rc.rl.samples_per_prompt  # + verify rows
+    whole, _, _ = exes("vineppo_qwen25_math_1p5b.py", "--config.method.extra.vine_prompts_per_call=0")
+    # one call over every state does the work of all the chunked calls (2,432 padded states either way)
+    assert whole["vine decode"].calls == 1 and whole["vine decode"].flops == pytest.approx(
+        vine["vine decode"].flops * vine["vine decode"].calls, rel=0.02)
+
+    corr, _, rc = exes("cipo_qwen3_4b_math.py", "--config.method.extra.correction_prompts_per_call=8")
+    assert corr["correction decode"].calls == rc.rl.prompts_per_step // 8
+    assert corr["correction decode"].note.startswith(f"{8 * rc.method.extra['correction_samples']} rows")

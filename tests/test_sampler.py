@@ -374,3 +374,37 @@ def test_windowed_decode_samples_what_the_full_cache_decode_samples():
                 np.testing.assert_allclose(got[i], full[i], rtol=0, atol=4e-6)
         for a, e in zip(run(temperature, None, stop_ids), full):  # the CPU default
             np.testing.assert_array_equal(a, e)
+
+
+def test_sampling_in_prompt_chunks_samples_what_one_call_samples():
+    """sample(prompts_per_call=k): prefill and decode k prompts at a time (a KV cache of k prompts' rows), each row
+    drawing the uniforms of its row in the whole batch at the whole batch's padded prompt length: tokens, lengths,
+    finish reasons and prompt indices equal one call's and log-probs agree to float32 rounding (XLA:CPU's matmuls
+    round a 7-row batch and a 1-row one differently, ~1 ulp), with a last chunk shorter than the others, stop ids,
+    several samples a prompt, and stop strings (host-side cuts between decode chunks)."""
+    from jaxrl_reason.models.qwen2 import ModelConfig, init_model
+
+    cfg = ModelConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256)
+    model = init_model(cfg, 5)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(1, 97, int(n)).tolist() for n in (3, 9, 14, 5, 7, 12, 2)]
+
+    class Chars:  # a stop-string tokenizer: token t is the letter chr(97 + t % 26)
+        @staticmethod
+        def decode(ids):
+            return "".join(chr(97 + t % 26) for t in ids)
+
+    key = jax.random.PRNGKey(11)
+    for kw in (dict(num_samples=3, stop_token_ids=[4]), dict(num_samples=2, stop_strings=["q"], tokenizer=Chars(),
+                                                              chunk_steps=5)):
+        whole = sample(model, prompts, key, max_new_tokens=24, **kw)
+        assert whole.lengths.min() < 24  # some rows stop early
+        for per_call in (1, 3, 4):
+            got = sample(model, prompts, key, max_new_tokens=24, prompts_per_call=per_call, **kw)
+            for f in ("tokens", "lengths", "finish_reason", "prompt_index"):
+                np.testing.assert_array_equal(getattr(got, f), getattr(whole, f))
+            for f in ("logprobs", "sampling_logprobs"):
+                np.testing.assert_allclose(getattr(got, f), getattr(whole, f), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="prompts_per_call must be >= 0"):
+        sample(model, prompts, key, max_new_tokens=4, prompts_per_call=-1)

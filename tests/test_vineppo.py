@@ -88,6 +88,29 @@ def test_mc_values_and_advantages_by_hand():
     assert sorted(adv.tolist()) == [-0.5, -0.5, 0.0, 0.0, 0.0, 0.5, 0.5]
 
 
+def test_vine_prompts_per_call_reaches_the_sampler_and_is_refused_below_zero():
+    """vine_prompts_per_call caps the states sampled together (`sample(prompts_per_call=...)`, which returns one
+    call's samples); 0 leaves the call as it was (no keyword: any sampler works)."""
+    from jaxrl_reason.methods.base import Context, Rollouts
+    from jaxrl_reason.methods.vineppo import VinePPO
+
+    seen = []
+
+    def sample(prefixes, num_samples, max_new_tokens, **kw):
+        seen.append(kw)
+        return _Out([[3] for p in prefixes for _ in range(num_samples)])
+
+    comps = [[0, 1, 2, 1, 3], [0, 0]]
+    ro = Rollouts(["q"], [[0]], comps, [np.zeros(len(c), np.float32) for c in comps], ["a\nb\nc", "aa"],
+                  np.array([[1.0, 0.0]], np.float32), ["eos", "eos"], [{}, {}])
+    ctx = Context(_Tok(), sample, _reward, np.random.default_rng(0), 0, max_new_tokens=8)
+    assert VinePPO(vine_samples=2).values(ro, ctx)[1] == VinePPO(vine_samples=2, vine_prompts_per_call=1).values(
+        ro, ctx)[1]
+    assert seen == [{}, {"prompts_per_call": 1}]
+    with pytest.raises(ValueError, match="vine_prompts_per_call=-1"):
+        VinePPO(vine_prompts_per_call=-1)
+
+
 @pytest.fixture(scope="module")
 def vine_run(tmp_path_factory):
     import jax

@@ -7,7 +7,17 @@
 
 The seed text stops before its experimental setup: the model is the paper's; every number below is ours
 (docs/methods/cipo.md, "Accelerator runs"), sized like configs/code_qwen25_coder_1p5b.py.
+
+One host with 8 x 80 GB GPUs, parameters, AdamW state and rows fully sharded over the 8 (fsdp=8): 8.25B bf16
+parameters with their AdamW state and gradients are ~66 GB before any activation, too much for one GPU. Each
+update trains 256 solve rows (<= 256 + 1,024 tokens) and 256 correction rows, whose prompts hold the task and a
+whole attempt (<= ~1,350 tokens) before the <= 1,024-token correction: 512 rows in the 2,560-token length bucket.
+The model shape without weights: the "seed-coder-8b-instruct" preset (jaxrl_reason/models/presets.py), picked by
+the directory name. Checked by compiling every executable of the step for 8 H100s (docs/results/tpu_compile.md):
+    python experiments/launch/compile_tpu.py --config jaxrl_reason/configs/cipo_seed_coder_8b.py --topology h100:8
 """
+
+import ml_collections
 
 from jaxrl_reason.configs.cipo_code import get_config as cipo_code
 
@@ -26,11 +36,22 @@ def get_config():
     c.rl.samples_per_prompt = 8
     c.rl.max_new_tokens = 1024
     c.rl.lr = 1e-6
-    c.rl.micro_batches = 16
+    c.rl.micro_batches = 16  # 512 rows -> 4 per GPU a micro-batch
+    c.rl.logprob_chunk = 512  # time chunk of the [rows, 2,560, 155k vocab] logits
     c.rl.checkpoint_every = 50
     c.rl.eval_every = 50
     c.method.estimator = "grpo"
     c.method.aggregation = "token_mean"
     c.method.eps_high = 0.28
     c.method.extra.correction_samples = 8
+
+    c.parallel = ml_collections.ConfigDict()
+    c.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # -1: all 8 GPUs of the node
+    c.parallel.distributed = False  # one process drives the 8 local GPUs
+    c.parallel.device_memory_gb = 80
+    c.parallel.plan = ml_collections.ConfigDict()  # the batch the mesh was planned for (see above)
+    c.parallel.plan.train_rows = 512  # 32 x 8 solve rows + 32 replay prompts x 8 corrections
+    c.parallel.plan.sample_rows = 256
+    c.parallel.plan.context = 2560  # length bucket of a correction row (~1,350-token prompt + 1,024)
+    c.parallel.plan.prompt_tokens = 256
     return c

@@ -26,4 +26,7 @@ def get_config():
     c.method.extra = extra
     c.method.extra.vine_samples = 9  # K (VinePPO paper)
     c.method.extra.max_steps = 16  # at most 15 interior boundaries per solution (ours)
+    # Up to 2,400 states x 9 = 21,600 continuation rows a step: in one sampler call their KV cache (1,024-token
+    # prefixes + 768 new) would need ~1 TB. 64 states (576 rows) a call: ~30 GB (docs/results/tpu_compile.md)
+    c.method.extra.vine_prompts_per_call = 64
     return c

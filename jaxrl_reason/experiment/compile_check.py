@@ -75,7 +75,10 @@ def libtpu_available() -> bool:
 def cuda_plugin_available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    try:
+        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    except ModuleNotFoundError:  # no plugin of any kind: the `jax_plugins` namespace package itself is absent
+        return False
 
 
 def gpu_topology_devices(name: str) -> list:
@@ -217,7 +220,9 @@ def step_shapes(rc, method_name: str) -> StepShapes:
     r, p = rc.rl, rc.parallel
     plan = p.plan
     prompt = (plan.prompt_tokens if plan is not None and plan.prompt_tokens else p.prompt_tokens)
-    rows = r.prompts_per_step * r.samples_per_prompt * (2 if method_name.startswith("rlv") else 1)
+    # RL^V and the "_v" methods (ppo_v, vineppo_v, cipo_v, ...) add one verify row per rollout at most
+    verify = method_name.startswith("rlv") or method_name.endswith("_v")
+    rows = r.prompts_per_step * r.samples_per_prompt * (2 if verify else 1)
     length = prompt + r.max_new_tokens
     if plan is not None and plan.train_rows:
         rows, length = plan.train_rows, plan.context or length
@@ -436,9 +441,19 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
                                      method.guided_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
     if "correct" in parts:
         corr_prompt = power_of_two(shapes.sample_prompt_len + shapes.new_tokens)
-        exes += _sampler_executables("correction", graphdef, params, mesh, cfg, method.replay_prompts or q,
+        replay = method.replay_prompts or q
+        per_call = min(method.correction_prompts_per_call or replay, replay)
+        exes += _sampler_executables("correction", graphdef, params, mesh, cfg, per_call,
                                      method.correction_samples, corr_prompt,
-                                     method.correction_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
+                                     method.correction_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes,
+                                     calls=-(-replay // per_call))
+    if getattr(method, "vine_samples", 0):  # VinePPO: K continuations of every step boundary of every rollout
+        states = q * g * (method.max_steps - 1 + (0 if method.s0_from_group else 1))  # at its cap
+        per_call = min(method.vine_prompts_per_call or states, states)
+        # a prefix holds the prompt and part of the completion; a continuation keeps the rollout's own budget
+        exes += _sampler_executables("vine", graphdef, params, mesh, cfg, per_call, method.vine_samples,
+                                     power_of_two(shapes.sample_prompt_len + shapes.new_tokens), shapes.new_tokens,
+                                     o_bytes + ref_bytes, calls=-(-states // per_call))
     if reference or "critique" in parts:  # CURE recomputes pi_old of forced and replayed tokens
         ref_temps = scoring_temperatures(terms, temperature)
         no_ref = host._replace(ref_logprobs=None)

@@ -171,7 +171,7 @@ class CIPO(GRPO):
                  preference: str = "difficulty",
                  difficulty_floor: float = 0.05, answer_instruction: str = SOLVE_INSTRUCTION,
                  correct_weight: float = 1.0, correction_max_new_tokens: int = 0,
-                 correction_estimator: str = "grpo_batch_std", **kwargs):
+                 correction_estimator: str = "grpo_batch_std", correction_prompts_per_call: int = 0, **kwargs):
         """Knobs (docs/methods/cipo.md#spec names; docs/methods/cipo.md says which are ours):
 
         correction_samples:   G', rollouts per replay prompt (one group each)
@@ -195,6 +195,9 @@ class CIPO(GRPO):
                               right-source group's {0, 1} rewards to {-(alpha - 1), 1}, an affine map that a
                               per-group std leaves without effect; `grpo_batch_std` (group mean, batch std) keeps
                               it: such groups' advantages grow alpha-fold against the others'
+        correction_prompts_per_call: replay prompts sampled together (0 = all in one sampler call); a cap keeps
+                              the correction sampler's KV cache (prompts that hold a whole attempt) to that many
+                              prompts x G' rows, the same samples (`sampling.sampler.sample`'s prompts_per_call)
         """
         super().__init__(estimator, loss, **kwargs)
         if self.loss.overlong_buffer or self.loss.overlong_filter:
@@ -203,9 +206,11 @@ class CIPO(GRPO):
         if int(correction_samples) < 2:
             raise ValueError(f"cipo correction_samples (G') must be >= 2 (a group of one has no advantage), "
                              f"got {correction_samples}")
-        if int(replay_prompts) < 0 or int(correction_max_new_tokens) < 0:
-            raise ValueError("cipo replay_prompts and correction_max_new_tokens must be >= 0 (0 = the default), "
-                             f"got {replay_prompts}, {correction_max_new_tokens}")
+        if int(replay_prompts) < 0 or int(correction_max_new_tokens) < 0 or int(correction_prompts_per_call) < 0:
+            raise ValueError("cipo replay_prompts, correction_max_new_tokens and correction_prompts_per_call must be "
+                             f">= 0 (0 = the default), got {replay_prompts}, {correction_max_new_tokens}, "
+                             f"{correction_prompts_per_call}")
+        self.correction_prompts_per_call = int(correction_prompts_per_call)
         if not 0.0 <= rho_min <= rho_init <= rho_max <= 1.0:
             raise ValueError(f"cipo needs 0 <= rho_min <= rho_init <= rho_max <= 1, got rho_min={rho_min}, "
                              f"rho_init={rho_init}, rho_max={rho_max}")
@@ -290,6 +295,8 @@ class CIPO(GRPO):
         texts = self.replay_prompt_texts(ro, sources, ctx.formats.correction_format)
         prompts = tok.encode_ragged([tok.render_prompt(t) for t in texts])
         kw = {"max_new_tokens": self.correction_max_new_tokens} if self.correction_max_new_tokens else {}
+        if self.correction_prompts_per_call:
+            kw["prompts_per_call"] = self.correction_prompts_per_call
         corr = generate_rollouts(ctx.sample, tok, prompts, [ro.examples[r // g] for r in sources],
                                  num_samples=self.correction_samples, reward=ctx.reward, **kw)
         shaped = shape_correction_rewards(corr.rewards, source_ok, self.alpha)

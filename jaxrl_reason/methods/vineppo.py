@@ -72,16 +72,22 @@ class VinePPO(GRPO):
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  vine_samples: int = 4, max_steps: int = 8, boundary_text: str = "\n", s0_from_group: bool = True,
-                 **kwargs):
+                 vine_prompts_per_call: int = 0, **kwargs):
         """vine_samples: K continuations per boundary; max_steps: cap on steps per solution (max_steps - 1
         interior boundaries, evenly spaced when there are more); boundary_text: a step ends after a token whose
         text ends with it; s0_from_group: V(s_0) = the question's mean reward over its G rollouts (else K more
-        samples from the prompt)."""
+        samples from the prompt); vine_prompts_per_call: states whose continuations are sampled together (0: all
+        of a step's states in one sampler call; a cap keeps the KV cache to that many states x K rows, the same
+        samples: `sampling.sampler.sample`'s prompts_per_call)."""
         super().__init__(estimator, loss, **kwargs)
         if vine_samples < 1:
             raise ValueError(f"vineppo vine_samples={vine_samples}: must be >= 1")
         if max_steps < 1:
             raise ValueError(f"vineppo max_steps={max_steps}: must be >= 1")
+        if vine_prompts_per_call < 0:
+            raise ValueError(f"vineppo vine_prompts_per_call={vine_prompts_per_call}: must be >= 0 (0 = every "
+                             "state in one sampler call)")
+        self.vine_prompts_per_call = int(vine_prompts_per_call)
         self.vine_samples, self.max_steps = int(vine_samples), int(max_steps)
         self.boundary_text, self.s0_from_group = boundary_text, bool(s0_from_group)
         self._boundary_ids = None
@@ -102,7 +108,9 @@ class VinePPO(GRPO):
             raise ValueError("vineppo needs the generation limit: the method's Context.max_new_tokens is unset")
         if states:
             prefixes = [list(ro.prompts[r // g]) + list(ro.completions[r][:b]) for r, b in states]
-            out = ctx.sample(prefixes, num_samples=k, max_new_tokens=ctx.max_new_tokens - min(b for _, b in states))
+            per_call = {"prompts_per_call": self.vine_prompts_per_call} if self.vine_prompts_per_call else {}
+            out = ctx.sample(prefixes, num_samples=k, max_new_tokens=ctx.max_new_tokens - min(b for _, b in states),
+                             **per_call)
             cont = out.completions()
             texts, examples = [], []
             for j, (r, b) in enumerate(states):

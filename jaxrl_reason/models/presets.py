@@ -21,6 +21,11 @@ PRESETS = {
     "qwen3-4b": dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                      rope_theta=1e6, tie_word_embeddings=True, attention_bias=False, model_type="qwen3"),
+    # Seed-Coder-8B's config.json (Base and Instruct share the architecture: Llama, 155k vocabulary)
+    "seed-coder-8b-instruct": dict(vocab_size=155136, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                   num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+                                   rope_theta=500000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                   attention_bias=False, mlp_bias=False, model_type="llama"),
 }
 
 

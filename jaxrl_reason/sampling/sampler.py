@@ -118,9 +118,10 @@ def decode_windows(slots: int, max_new: int, phases: int) -> list[tuple[int, int
     return out + [(start, max_new, None)]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "mesh", "window_phases"), donate_argnames=("carry",))
+@functools.partial(jax.jit, static_argnames=("graphdef", "mesh", "window_phases", "uniform_rows"),
+                   donate_argnames=("carry",))
 def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, stop_ids, pad_id, mesh=None,
-           window_phases: Optional[int] = None):
+           window_phases: Optional[int] = None, uniform_rows: Optional[int] = None, row_offset=None):
     """Run decode steps until `end_step` or until every row is done. The carry (KV cache included) is donated:
     XLA updates it in place instead of copying it each call.
 
@@ -130,7 +131,11 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
     shorter axis (tokens identical, log-probs within an ulp on CPU), and the KV bytes read per step fall from the
     whole cache towards the written part (at 512 prompt + 4,096 new slots: from 1.8x the valid slots to 1.2x),
     for one compiled loop body per phase. None: WINDOW_PHASES on the mesh's accelerator, 1 on CPU, where a
-    decode step costs its operations more than its bytes and the outputs stay bitwise those of earlier releases."""
+    decode step costs its operations more than its bytes and the outputs stay bitwise those of earlier releases.
+
+    uniform_rows, row_offset: these rows are rows row_offset.. of a batch of `uniform_rows` (`sample`'s
+    prompts_per_call): they draw that batch's uniforms, so a batch sampled in row chunks samples what it samples
+    whole. None: the carry's own rows are the batch."""
     model: Qwen2 = nnx.merge(graphdef, state)
     n, max_new = carry.tokens.shape
     if window_phases is None:
@@ -138,7 +143,12 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
         window_phases = 1 if platform == "cpu" else WINDOW_PHASES
     layers = decode_layers(model)  # sliced and fused once here, not once per step inside the loop
     # One uniform per (step, row), indexed by the absolute step: a chunked run draws what a single call draws.
-    uniforms = 1.0 - jax.random.uniform(carry.key, (max_new, n), jnp.float32)  # (0, 1]
+    if uniform_rows is None:
+        uniforms = 1.0 - jax.random.uniform(carry.key, (max_new, n), jnp.float32)  # (0, 1]
+    else:  # the whole batch's table; a last chunk's filler rows may reach past it (they are done: any value)
+        table = 1.0 - jax.random.uniform(carry.key, (max_new, uniform_rows), jnp.float32)
+        uniforms = jax.lax.dynamic_slice_in_dim(jnp.pad(table, ((0, 0), (0, n)), constant_values=1.0), row_offset,
+                                                n, axis=1)
 
     def body(c: _Carry, window: Optional[int]):
         logits = model.logits_from_hidden(c.hidden)
@@ -262,18 +272,23 @@ def initial_carry(cache: KVCache, last, lengths, n_prompts: int, num_samples: in
 
 
 def decode_loop(graphdef, state, carry: _Carry, sp, mesh, *, max_new_tokens: int, chunk: int, stop_strings,
-                decode_text, live: np.ndarray, pad_id: int, progress=None):
+                decode_text, live: np.ndarray, pad_id: int, progress=None, uniform_rows: Optional[int] = None,
+                row_offset: int = 0):
     """`decode` from `carry` for up to `max_new_tokens` steps, in calls of `chunk` steps. Between calls the host
     cuts each `live` row after the first of `stop_strings` in its text (`decode_text(ids)`) and marks it done; a
     stop id earlier than the stop string wins. Returns (the final carry, host (tokens, logprobs,
-    sampling_logprobs, lengths, finish)) with a cut row's tail set to `pad_id` and 0 and its finish FINISH_STOP."""
+    sampling_logprobs, lengths, finish)) with a cut row's tail set to `pad_id` and 0 and its finish FINISH_STOP.
+    uniform_rows, row_offset: `decode`'s (a row chunk of a larger batch)."""
     n = live.shape[0]
     stop_cut = np.full((n,), -1, np.int64)
     step = 0
     while step < max_new_tokens:
         step = min(step + chunk, max_new_tokens)
         with jax.set_mesh(mesh):  # traced under the mesh: the model pins its activations' rows to it
-            carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh)
+            chunked = {} if uniform_rows is None else dict(
+                uniform_rows=uniform_rows, row_offset=_on_mesh(np.int32(row_offset), mesh, rows=False))
+            carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh,
+                           **chunked)
         if progress is not None:
             progress(int(carry.step), max_new_tokens)
         if stop_strings:
@@ -313,7 +328,8 @@ def _host(x) -> np.ndarray:
 def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temperature: float = 1.0,
            top_p: float = 1.0, top_k: int = 0, num_samples: int = 1, stop_token_ids: Sequence[int] = (),
            stop_strings: Sequence[str] = (), tokenizer: Any = None, pad_id: Optional[int] = None,
-           chunk_steps: int = 32, progress: Optional[Any] = None, state=None, mesh=None) -> SampleOutput:
+           chunk_steps: int = 32, progress: Optional[Any] = None, state=None, mesh=None,
+           prompts_per_call: int = 0) -> SampleOutput:
     """Sample `num_samples` completions for each prompt.
 
     prompts: a list of token-id lists (ragged), or (tokens [B, L] left-padded, lengths [B]).
@@ -325,6 +341,10 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     mesh: the `parallel.make_mesh` mesh that `state` is sharded on (None: the mesh of `state`'s shardings, or the
     one-device mesh): rows (prompts, samples, KV cache) are split over data x fsdp and kv heads over tp; every
     process of a multi-host run makes the same call and gets the whole output.
+    prompts_per_call: prefill and decode at most this many prompts at a time (0: all at once), so that the KV
+    cache holds one chunk's rows instead of the whole batch's; every row draws the uniforms it would draw in one
+    call over the whole batch, at the same padded prompt length, so the tokens are those of one call (log-probs
+    up to the float rounding of a smaller batch's matmuls).
     """
     if max_new_tokens <= 0:
         raise ValueError(f"sample(): max_new_tokens must be positive, got {max_new_tokens}")
@@ -336,6 +356,9 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
         raise ValueError(f"sample(): top_p must be in (0, 1], got {top_p}")
     if stop_strings and tokenizer is None:
         raise ValueError("sample(): stop_strings need `tokenizer=` to decode completions")
+    if prompts_per_call < 0:
+        raise ValueError(f"sample(): prompts_per_call must be >= 0 (0 = all prompts in one call), got "
+                         f"{prompts_per_call}")
     stop_token_ids = [int(t) for t in stop_token_ids]
     if len(stop_token_ids) > _MAX_STOP_IDS:
         raise ValueError(f"sample(): at most {_MAX_STOP_IDS} stop_token_ids are supported")
@@ -347,18 +370,39 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
     mesh = resolve_mesh(mesh, like=state)
     tokens, lengths, n_prompts = _as_prompt_batch(prompts, pad_id, cfg.max_position_embeddings, max_new_tokens)
     tokens, lengths = _pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
+    stop_arr = jnp.asarray(stop_token_ids + [-1] * (_MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
+    sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
+    sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
+    chunk = max_new_tokens if not stop_strings and progress is None else max(1, chunk_steps)
+    loop = dict(max_new_tokens=max_new_tokens, chunk=chunk, stop_strings=stop_strings,
+                decode_text=tokenizer.decode if stop_strings else None, pad_id=pad_id, progress=progress)
+    if prompts_per_call and n_prompts > prompts_per_call:
+        outs = []
+        for first in range(0, n_prompts, prompts_per_call):
+            m = min(prompts_per_call, n_prompts - first)
+            rows = sampler_rows(m)  # filler prompts as _as_prompt_batch makes them: one pad token each
+            t = np.full((rows, tokens.shape[1]), pad_id, tokens.dtype)
+            ln = np.ones((rows,), lengths.dtype)
+            t[:m], ln[:m] = tokens[first:first + m], lengths[first:first + m]
+            t, ln = _pad_rows_for_mesh(t, ln, pad_id, mesh)
+            with jax.set_mesh(mesh):
+                cache, last = prefill(graphdef, state, _on_mesh(t, mesh), _on_mesh(ln, mesh),
+                                      num_samples=num_samples, max_new_tokens=max_new_tokens, mesh=mesh)
+            carry = initial_carry(cache, last, ln, m, num_samples, max_new_tokens, pad_id, key, mesh)
+            live = np.arange(carry.tokens.shape[0]) < m * num_samples
+            del cache, last
+            _, out = decode_loop(graphdef, state, carry, sp, mesh, live=live,
+                                 uniform_rows=tokens.shape[0] * num_samples, row_offset=first * num_samples, **loop)
+            outs.append([x[:m * num_samples] for x in out])
+        out_tokens, out_lp, out_slp, out_len, finish = (np.concatenate(x) for x in zip(*outs))
+        return SampleOutput(out_tokens, out_lp, out_slp, out_len, finish,
+                            np.repeat(np.arange(n_prompts, dtype=np.int32), num_samples))
     with jax.set_mesh(mesh):  # traced under the mesh: the model pins its activations' rows to it
         cache, last = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh),
                               num_samples=num_samples, max_new_tokens=max_new_tokens, mesh=mesh)
     carry = initial_carry(cache, last, lengths, n_prompts, num_samples, max_new_tokens, pad_id, key, mesh)
     n = carry.tokens.shape[0]
-    stop_arr = jnp.asarray(stop_token_ids + [-1] * (_MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
-    sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
-    sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
-    chunk = max_new_tokens if not stop_strings and progress is None else max(1, chunk_steps)
-    _, out = decode_loop(graphdef, state, carry, sp, mesh, max_new_tokens=max_new_tokens, chunk=chunk,
-                         stop_strings=stop_strings, decode_text=tokenizer.decode if stop_strings else None,
-                         live=np.arange(n) < n_prompts * num_samples, pad_id=pad_id, progress=progress)
+    _, out = decode_loop(graphdef, state, carry, sp, mesh, live=np.arange(n) < n_prompts * num_samples, **loop)
     out_tokens, out_lp, out_slp, out_len, finish = out
     keep = n_prompts * num_samples
     return SampleOutput(out_tokens[:keep], out_lp[:keep], out_slp[:keep], out_len[:keep], finish[:keep],
