@@ -340,3 +340,29 @@ def test_resolve_spec_fills_the_runs_own_fields_and_its_critique_budget():
     assert cmp.resolve_spec(dataclasses.replace(spec, critique_max_new_tokens=48), cure).critique_max_new_tokens == 48
     grpo = read_run_config(tiny_base())
     assert cmp.resolve_spec(spec, grpo).critique_max_new_tokens is None
+
+
+def test_warmup_stages_run_in_the_configured_order_and_a_bad_order_is_refused(monkeypatch):
+    from jaxrl_reason.experiment import warmup
+    from jaxrl_reason.experiment.config import read_run_config
+
+    ran = []
+    for name, (steps, key, _) in list(warmup.STAGES.items()):
+        monkeypatch.setitem(warmup.STAGES, name, (steps, key, lambda *a, _n=name, **k: ran.append(_n) or {}))
+    monkeypatch.setattr(warmup, "save_hf", lambda *a, **k: None)
+    monkeypatch.setattr(warmup, "load_hf", lambda *a, **k: "model")
+    monkeypatch.setattr(warmup.os.path, "exists", lambda p: p.endswith(os.path.join(warmup.SFT_ONLY, "config.json")))
+    for order, steps, want in (("own_attempts,check,verify", (5, 5, 5), ["own_attempts", "check", "verify"]),
+                               ("verify,check,own_attempts", (5, 0, 5), ["verify", "own_attempts"])):
+        ran.clear()
+        rc = read_run_config(cmp.apply_overrides(tiny_base(), [
+            f"sft.stage_order={order}", f"sft.own_attempt_steps={steps[0]}", f"sft.check_steps={steps[1]}",
+            f"sft.verify_steps={steps[2]}"]))
+        model, report = warmup.warmed_up_policy(rc, None, None, "/nonexistent")
+        assert ran == want and set(report) == {"sft_resumed_from"} | {warmup.STAGES[n][1] for n in want}
+    for bad in ("verify,own_attempts", "verify,check,own_attempts,verify", "verify,chek,own_attempts"):
+        with pytest.raises(ValueError, match="sft.stage_order"):
+            warmup.stage_order(read_run_config(cmp.apply_overrides(tiny_base(), [f"sft.stage_order={bad}"])))
+    from jaxrl_reason.configs import load_config_file
+
+    assert warmup.stage_order(read_run_config(load_config_file("testbed_latin_self_check")))[0] == "verify"

@@ -29,4 +29,8 @@ def get_config():
     c.sft.verify_steps = testbed_latin().sft.verify_steps  # the verify part's warm-up, which CURE's preset drops
     c.sft.aux_correct_share = 0.1
     c.sft.own_attempt_formats = "critique,guided,correct"
+    # The verification warm-up before the own-attempt stage: run last (the default order), its 400 steps of
+    # Yes/No verdicts left a policy whose critiques open with "Yes"/"No" and never parse (0 of 8 well-formed at
+    # test time, seed 0, 2026-12-07), while RL^V's verify term keeps training the verdict during RL anyway.
+    c.sft.stage_order = "verify,check,own_attempts"
     return c

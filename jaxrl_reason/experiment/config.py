@@ -166,6 +166,9 @@ class SftSection:
     # right attempts under review kept verbatim, per wrong-attempt correction row (without them every correction
     # row rewrites its attempt, so the warm-up learns to change right answers too)
     own_attempt_keep_share: float = 0.0
+    # the order of the stages after the SFT (each runs when its steps are > 0): own_attempts, check (the worked-check
+    # warm-up), verify; a stage trains its own formats only, so the last one's are the freshest
+    stage_order: str = "own_attempts,check,verify"
 
 
 @dataclasses.dataclass(frozen=True)

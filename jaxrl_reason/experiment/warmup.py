@@ -48,6 +48,7 @@ def check_verify_warmup(rc: RunConfig) -> None:
     """Fails before any training when the verification warm-up, or an auxiliary warm-up format, is asked for but
     cannot run."""
     stage_checkpoints(rc, "", "sft")
+    stage_order(rc)
     check_aux_formats(rc)
     check_own_attempts(rc)
     check_check_warmup(rc)
@@ -450,18 +451,31 @@ def warmed_up_policy(rc: RunConfig, tokenizer, task: TaskData, workdir: str, mes
         report = {"sft_seconds": run_sft(rc, model, tokenizer, task, workdir, mesh)}
         if stages:  # the SFT alone, for a baseline that shares it without the stages after (a plain GRPO arm)
             save_hf(model, sft_only)
-    if rc.sft.own_attempt_steps > 0:
-        report["own_attempts"] = run_own_attempt_warmup(rc, model, tokenizer, task, workdir, mesh)
-    if rc.sft.check_steps > 0:
-        report["check_warmup"] = run_check_warmup(rc, model, tokenizer, task, workdir, mesh)
-    if rc.sft.verify_steps > 0:
-        report["verify_warmup"] = run_verify_warmup(rc, model, tokenizer, task, workdir, mesh)
+    for stage in stage_order(rc):
+        steps, report_key, run_stage = STAGES[stage]
+        if getattr(rc.sft, steps) > 0:
+            report[report_key] = run_stage(rc, model, tokenizer, task, workdir, mesh)
     save_hf(model, sft_dir)
     from jaxrl_reason.parallel.mesh import is_main_process
 
     if is_main_process():
         shutil.rmtree(os.path.join(workdir, WARMUP_CHECKPOINTS), ignore_errors=True)
     return model, report
+
+
+# stage name -> (its steps knob in `sft`, its report key, what runs it)
+STAGES = {"own_attempts": ("own_attempt_steps", "own_attempts", run_own_attempt_warmup),
+          "check": ("check_steps", "check_warmup", run_check_warmup),
+          "verify": ("verify_steps", "verify_warmup", run_verify_warmup)}
+
+
+def stage_order(rc: RunConfig) -> list:
+    """`sft.stage_order` as a list of stage names; refuses an unknown, missing or repeated one."""
+    names = [n.strip() for n in rc.sft.stage_order.split(",") if n.strip()]
+    if sorted(names) != sorted(STAGES):
+        raise ValueError(f"config sft.stage_order={rc.sft.stage_order!r}: name each of {', '.join(STAGES)} once, "
+                         "in the order they run (e.g. 'verify,check,own_attempts')")
+    return names
 
 
 def without_verify_warmup(rc: RunConfig) -> RunConfig:
