@@ -145,7 +145,7 @@ def sampler_reports(mesh) -> dict:
         carry = sampler.initial_carry(cache, last, lengths, prompts, samples, new, 0, jax.random.PRNGKey(0), mesh)
         rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         put = lambda x: jax.device_put(x, rep)  # noqa: E731
-        stop = jnp.full((sampler._MAX_STOP_IDS,), -1, jnp.int32)
+        stop = jnp.full((sampler.MAX_STOP_IDS,), -1, jnp.int32)
         args = (put(jnp.int32(new)), put(jnp.float32(1.0)), put(jnp.float32(1.0)), put(jnp.int32(0)), put(stop),
                 put(jnp.int32(0)))
         dec = sampler.decode.lower(graphdef, params, carry, *args, mesh=mesh).compile()

@@ -197,7 +197,7 @@ def test_kv_cache_is_donated(hf_and_model, prompts):
     graphdef, state = nnx.split(model)
     toks = jnp.asarray([[0] * 11 + prompts[0]], jnp.int32)
     cache, last = sampler_mod.prefill(graphdef, state, toks, jnp.asarray([5]), num_samples=1, max_new_tokens=4)
-    carry = sampler_mod._Carry(cache, last, jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, 4)), jnp.zeros((1, 4)),
+    carry = sampler_mod.DecodeCarry(cache, last, jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, 4)), jnp.zeros((1, 4)),
                                jnp.zeros((1,), bool), jnp.zeros((1,), jnp.int32), jnp.zeros((1,), jnp.int32),
                                jnp.asarray([5]), jnp.zeros((), jnp.int32), jax.random.PRNGKey(0))
     new = sampler_mod.decode(graphdef, state, carry, jnp.int32(4), jnp.float32(1.0), jnp.float32(1.0),
@@ -350,12 +350,12 @@ def test_windowed_decode_samples_what_the_full_cache_decode_samples():
 
     def run(temperature, phases, stop_ids, chunks=(new,)):
         cache, last = sampler_mod.prefill(graphdef, state, tokens, lengths, num_samples=1, max_new_tokens=new)
-        carry = sampler_mod._Carry(
+        carry = sampler_mod.DecodeCarry(
             cache, last, jnp.zeros((b, new), jnp.int32), jnp.zeros((b, new), jnp.float32),
             jnp.zeros((b, new), jnp.float32), jnp.zeros((b,), bool), jnp.full((b,), FINISH_LENGTH, jnp.int32),
             jnp.zeros((b,), jnp.int32), jnp.array(lengths, copy=True), jnp.zeros((), jnp.int32),
             jax.random.PRNGKey(7))  # the carry is donated: positions get their own copy of the lengths
-        stop = jnp.asarray(stop_ids + [-1] * (sampler_mod._MAX_STOP_IDS - len(stop_ids)), jnp.int32)
+        stop = jnp.asarray(stop_ids + [-1] * (sampler_mod.MAX_STOP_IDS - len(stop_ids)), jnp.int32)
         for end in chunks:
             carry = sampler_mod.decode(graphdef, state, carry, jnp.int32(end), jnp.float32(temperature),
                                        jnp.float32(1.0), jnp.int32(0), stop, jnp.int32(0), window_phases=phases)

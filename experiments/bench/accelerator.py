@@ -150,7 +150,7 @@ class DecodeJob:
         self.prompt = rng.integers(1, model.config.vocab_size, (batch, prompt_len)).astype(np.int32)
         self.tokens, self.lengths = jnp.asarray(self.prompt), jnp.full((batch,), prompt_len, jnp.int32)
         self.key = jax.random.PRNGKey(seed)
-        stop = jnp.full((sampler._MAX_STOP_IDS,), -1, jnp.int32)
+        stop = jnp.full((sampler.MAX_STOP_IDS,), -1, jnp.int32)
         # temperature 1, top-p 1, top-k 0 (no filtering, no sort), no stop ids, pad 0: as sample() passes them
         self.sampling = (jnp.float32(1.0), jnp.float32(1.0), jnp.int32(0), stop, jnp.int32(0))
         self.end_step = jnp.int32(new_tokens)
@@ -169,7 +169,7 @@ class DecodeJob:
         from jaxrl_reason.sampling import sampler
 
         n, new = self.batch, self.new_tokens
-        return sampler._Carry(
+        return sampler.DecodeCarry(
             cache=cache, hidden=last, tokens=jnp.zeros((n, new), jnp.int32),
             logprobs=jnp.zeros((n, new), jnp.float32), sampling_logprobs=jnp.zeros((n, new), jnp.float32),
             done=jnp.zeros((n,), bool), finish=jnp.full((n,), sampler.FINISH_LENGTH, jnp.int32),

@@ -69,7 +69,7 @@ def bench_ours(path, batch, prompt_len, new_tokens, repeats):
     med = time_runs(run, repeats)
     # The prefill alone, on the exact inputs sample() gives it (already compiled by the runs above).
     graphdef, state = nnx.split(model)
-    tokens, lengths, _ = sampler._as_prompt_batch(prompts, 0, model.config.max_position_embeddings, new_tokens)
+    tokens, lengths, _ = sampler.as_prompt_batch(prompts, 0, model.config.max_position_embeddings, new_tokens)
     tokens, lengths = jnp.asarray(tokens), jnp.asarray(lengths)
     prefill_s = time_runs(lambda: jax.block_until_ready(sampler.prefill(
         graphdef, state, tokens, lengths, num_samples=1, max_new_tokens=new_tokens)), repeats)

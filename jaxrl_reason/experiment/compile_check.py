@@ -310,7 +310,7 @@ def _sampler_executables(tag: str, graphdef, params, mesh, cfg, prompts: int, sa
         row2 = NamedSharding(mesh, P(BATCH, None))
         sd = lambda shape, dt, s: jax.ShapeDtypeStruct(shape, dt, sharding=s)  # noqa: E731
         cache = _abstract(cache, kv_cache_shardings(cache, mesh))
-        return sampler._Carry(
+        return sampler.DecodeCarry(
             cache=cache, hidden=sd(last.shape, last.dtype, row2), tokens=sd((n, new_tokens), jnp.int32, row2),
             logprobs=sd((n, new_tokens), jnp.float32, row2), sampling_logprobs=sd((n, new_tokens), jnp.float32, row2),
             done=sd((n,), jnp.bool_, rows), finish=sd((n,), jnp.int32, rows), lengths=sd((n,), jnp.int32, rows),
@@ -319,7 +319,7 @@ def _sampler_executables(tag: str, graphdef, params, mesh, cfg, prompts: int, sa
 
     scalars = (jax.ShapeDtypeStruct((), jnp.float32, sharding=rep), jax.ShapeDtypeStruct((), jnp.float32, sharding=rep),
                jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
-               jax.ShapeDtypeStruct((sampler._MAX_STOP_IDS,), jnp.int32, sharding=rep),
+               jax.ShapeDtypeStruct((sampler.MAX_STOP_IDS,), jnp.int32, sharding=rep),
                jax.ShapeDtypeStruct((), jnp.int32, sharding=rep))
     end_step = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)
     # The decode roofline per device: every parameter once (gathered over fsdp, split over tp) and this device's

@@ -29,8 +29,8 @@ from jaxrl_reason.buckets import power_of_two
 from jaxrl_reason.models.qwen2 import Qwen2
 from jaxrl_reason.parallel.mesh import resolve_mesh, to_host
 from jaxrl_reason.rollout.tools import ToolEnv, make_tool, step_all
-from jaxrl_reason.sampling.sampler import (FINISH_EOS, FINISH_LENGTH, _MAX_STOP_IDS, _Carry, _as_prompt_batch,
-                                           _carry_on_mesh, _on_mesh, _pad_rows_for_mesh, decode_loop, prefill)
+from jaxrl_reason.sampling.sampler import (FINISH_EOS, FINISH_LENGTH, MAX_STOP_IDS, DecodeCarry, as_prompt_batch,
+                                           carry_on_mesh, on_mesh, pad_rows_for_mesh, decode_loop, prefill)
 
 
 @dataclasses.dataclass
@@ -161,11 +161,11 @@ def _decode_turn(graphdef, state, cache, hidden, positions, done, key, sp, *, ma
     the first stop string. Returns (cache, hidden, tokens, logprobs, sampling_logprobs, lengths, finish) on the host."""
     n = done.shape[0]
     pad_id = int(sp[-1])
-    carry = _Carry(cache, hidden, jnp.full((n, max_new), pad_id, jnp.int32), jnp.zeros((n, max_new), jnp.float32),
+    carry = DecodeCarry(cache, hidden, jnp.full((n, max_new), pad_id, jnp.int32), jnp.zeros((n, max_new), jnp.float32),
                    jnp.zeros((n, max_new), jnp.float32), jnp.asarray(done), jnp.full((n,), FINISH_LENGTH, jnp.int32),
                    jnp.zeros((n,), jnp.int32), jnp.asarray(positions, jnp.int32), jnp.zeros((), jnp.int32),
                    jnp.array(key, copy=True))
-    carry = _carry_on_mesh(carry, mesh)
+    carry = carry_on_mesh(carry, mesh)
     carry, (toks, lp, slp, lens, finish) = decode_loop(
         graphdef, state, carry, sp, mesh, max_new_tokens=max_new, chunk=chunk, stop_strings=stop_strings,
         decode_text=tokenizer.decode, live=~np.asarray(done), pad_id=pad_id)
@@ -188,18 +188,18 @@ def multi_turn_sample(model: Qwen2, tokenizer, examples: Sequence[Any], make_env
     firsts = [envs[r].reset(examples[r // g]) for r in range(len(envs))]
     prompts = [tokenizer.encode(tokenizer.render_prompt(firsts[q * g])) for q in range(len(examples))]
     stop_strings = tuple(envs[0].stop_strings)
-    stop_ids = [int(t) for t in tokenizer.stop_ids][:_MAX_STOP_IDS]
+    stop_ids = [int(t) for t in tokenizer.stop_ids][:MAX_STOP_IDS]
     pad_id = int(tokenizer.pad_id)
     graphdef, own_state = nnx.split(model)
     state = own_state if state is None else state
     mesh = resolve_mesh(mesh, like=state)
-    tokens, lengths, nq = _as_prompt_batch(prompts, pad_id, model.config.max_position_embeddings, max_tokens)
-    tokens, lengths = _pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
+    tokens, lengths, nq = as_prompt_batch(prompts, pad_id, model.config.max_position_embeddings, max_tokens)
+    tokens, lengths = pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
     n, live_rows = tokens.shape[0] * g, nq * g
     m = min(config.max_turn_tokens, max_tokens)
-    stop_arr = jnp.asarray(stop_ids + [-1] * (_MAX_STOP_IDS - len(stop_ids)), jnp.int32)
+    stop_arr = jnp.asarray(stop_ids + [-1] * (MAX_STOP_IDS - len(stop_ids)), jnp.int32)
     sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
-    sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
+    sp = tuple(on_mesh(x, mesh, rows=False) for x in sp)
 
     row_prompt = [prompts[r // g] if r < live_rows else [pad_id] for r in range(n)]
     conv = [[] for _ in range(n)]
@@ -213,7 +213,7 @@ def multi_turn_sample(model: Qwen2, tokenizer, examples: Sequence[Any], make_env
     used = np.zeros((n,), np.int64)
 
     with jax.set_mesh(mesh):
-        cache, hidden = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh), num_samples=g,
+        cache, hidden = prefill(graphdef, state, on_mesh(tokens, mesh), on_mesh(lengths, mesh), num_samples=g,
                                 max_new_tokens=m, mesh=mesh)
     pending_env: list = [[] for _ in range(n)]
     keep_until = np.full((n,), np.iinfo(np.int32).max, np.int64)
@@ -230,14 +230,14 @@ def multi_turn_sample(model: Qwen2, tokenizer, examples: Sequence[Any], make_env
                 index = int(to_host(cache.index))
                 cache = _grow_to(cache, index + t_env + m)
                 with jax.set_mesh(mesh):
-                    cache, hidden = _extend(graphdef, state, cache, _on_mesh(np.minimum(keep_until, index), mesh),
-                                            _on_mesh(env_tok, mesh), _on_mesh(env_pos, mesh),
-                                            _on_mesh(env_seg, mesh), hidden)
+                    cache, hidden = _extend(graphdef, state, cache, on_mesh(np.minimum(keep_until, index), mesh),
+                                            on_mesh(env_tok, mesh), on_mesh(env_pos, mesh),
+                                            on_mesh(env_seg, mesh), hidden)
             else:
                 rows = [row_prompt[r] + conv[r] if not done[r] else [pad_id] for r in range(n)]
                 ctok, clen = _left_pad(rows, pad_id)
                 with jax.set_mesh(mesh):
-                    cache, hidden = prefill(graphdef, state, _on_mesh(ctok, mesh), _on_mesh(clen, mesh),
+                    cache, hidden = prefill(graphdef, state, on_mesh(ctok, mesh), on_mesh(clen, mesh),
                                             num_samples=1, max_new_tokens=m, mesh=mesh)
                 next_pos = np.where(done, next_pos, clen)
         base = int(to_host(cache.index))

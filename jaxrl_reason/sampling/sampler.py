@@ -30,7 +30,7 @@ from jaxrl_reason.sampling.logits import sample_with_uniform
 
 FINISH_EOS, FINISH_STOP, FINISH_LENGTH = 0, 1, 2
 FINISH_NAMES = ("eos", "stop", "length")
-_MAX_STOP_IDS = 8  # stop ids are a traced, fixed-size array so a different set does not recompile
+MAX_STOP_IDS = 8  # stop ids are a traced, fixed-size array so a different set does not recompile
 
 
 class SampleOutput(NamedTuple):
@@ -59,7 +59,7 @@ class SampleOutput(NamedTuple):
         return [FINISH_NAMES[int(f)] for f in self.finish_reason]
 
 
-class _Carry(NamedTuple):
+class DecodeCarry(NamedTuple):
     cache: KVCache
     hidden: jax.Array  # [N, H] final-norm hidden state of the last token (its logits are the next step's)
     tokens: jax.Array
@@ -120,7 +120,7 @@ def decode_windows(slots: int, max_new: int, phases: int) -> list[tuple[int, int
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "mesh", "window_phases", "uniform_rows"),
                    donate_argnames=("carry",))
-def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, stop_ids, pad_id, mesh=None,
+def decode(graphdef, state, carry: DecodeCarry, end_step, temperature, top_p, top_k, stop_ids, pad_id, mesh=None,
            window_phases: Optional[int] = None, uniform_rows: Optional[int] = None, row_offset=None):
     """Run decode steps until `end_step` or until every row is done. The carry (KV cache included) is donated:
     XLA updates it in place instead of copying it each call.
@@ -150,7 +150,7 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
         uniforms = jax.lax.dynamic_slice_in_dim(jnp.pad(table, ((0, 0), (0, n)), constant_values=1.0), row_offset,
                                                 n, axis=1)
 
-    def body(c: _Carry, window: Optional[int]):
+    def body(c: DecodeCarry, window: Optional[int]):
         logits = model.logits_from_hidden(c.hidden)
         s = sample_with_uniform(logits, uniforms[c.step], temperature, top_p, top_k)
         live = ~c.done
@@ -168,7 +168,7 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
         hidden, cache = decode_step(model, layers, tok, c.positions, live, c.cache, window=window)
         if mesh is not None:  # keep the loop's cache in its layout instead of whatever propagation picks
             cache = _pin_cache(cache, mesh)
-        return _Carry(cache, hidden, tokens, logprobs, sampling_logprobs, done, finish, lengths,
+        return DecodeCarry(cache, hidden, tokens, logprobs, sampling_logprobs, done, finish, lengths,
                       c.positions + 1, c.step + 1, c.key)
 
     # A phase whose steps are all before carry.step (a chunked call resuming) or at/after end_step runs none.
@@ -179,7 +179,7 @@ def decode(graphdef, state, carry: _Carry, end_step, temperature, top_p, top_k, 
     return carry
 
 
-def _as_prompt_batch(prompts, pad_id: int, max_context: int, max_new_tokens: int):
+def as_prompt_batch(prompts, pad_id: int, max_context: int, max_new_tokens: int):
     """Accept ragged token lists, or a (tokens [B, L] left-padded, lengths [B]) pair."""
     if isinstance(prompts, tuple) and len(prompts) == 2 and np.ndim(prompts[0]) == 2:
         tokens, lengths = np.asarray(prompts[0]), np.asarray(prompts[1])
@@ -233,13 +233,13 @@ def _pin_cache(cache: KVCache, mesh) -> KVCache:
     return jax.lax.with_sharding_constraint(cache, kv_cache_shardings(cache, mesh))
 
 
-def _on_mesh(x, mesh, *, rows: bool = True):
+def on_mesh(x, mesh, *, rows: bool = True):
     """A device array split by rows over the mesh's data x fsdp (or replicated), each process placing its
     devices' slices from its own identical copy."""
     return as_sharded(x, NamedSharding(mesh, P(BATCH) if rows and np.ndim(x) else P()))
 
 
-def _pad_rows_for_mesh(tokens, lengths, pad_id: int, mesh):
+def pad_rows_for_mesh(tokens, lengths, pad_id: int, mesh):
     """Filler prompts (one pad token each, discarded afterwards) until the rows divide over data x fsdp."""
     extra = (-tokens.shape[0]) % batch_shards(mesh)
     if not extra:
@@ -248,30 +248,30 @@ def _pad_rows_for_mesh(tokens, lengths, pad_id: int, mesh):
             np.concatenate([lengths, np.ones((extra,), lengths.dtype)]))
 
 
-def _carry_on_mesh(carry: _Carry, mesh) -> _Carry:
-    rows = {f: _on_mesh(getattr(carry, f), mesh) for f in _Carry._fields if f not in ("cache", "step", "key")}
+def carry_on_mesh(carry: DecodeCarry, mesh) -> DecodeCarry:
+    rows = {f: on_mesh(getattr(carry, f), mesh) for f in DecodeCarry._fields if f not in ("cache", "step", "key")}
     return carry._replace(cache=as_sharded(carry.cache, kv_cache_shardings(carry.cache, mesh)),
-                          step=_on_mesh(carry.step, mesh, rows=False), key=_on_mesh(carry.key, mesh, rows=False),
+                          step=on_mesh(carry.step, mesh, rows=False), key=on_mesh(carry.key, mesh, rows=False),
                           **rows)
 
 
 def initial_carry(cache: KVCache, last, lengths, n_prompts: int, num_samples: int, max_new_tokens: int,
-                  pad_id: int, key, mesh) -> _Carry:
+                  pad_id: int, key, mesh) -> DecodeCarry:
     """The decode loop's state after `prefill`, laid out on `mesh`: rows past `n_prompts * num_samples` (filler
     prompts) start done."""
     n = lengths.shape[0] * num_samples
     start_pos = np.repeat(lengths, num_samples)
     done = np.zeros((n,), bool)
     done[n_prompts * num_samples:] = True  # filler rows from batch bucketing
-    carry = _Carry(cache, last, jnp.full((n, max_new_tokens), pad_id, jnp.int32),
+    carry = DecodeCarry(cache, last, jnp.full((n, max_new_tokens), pad_id, jnp.int32),
                    jnp.zeros((n, max_new_tokens), jnp.float32), jnp.zeros((n, max_new_tokens), jnp.float32),
                    jnp.asarray(done), jnp.full((n,), FINISH_LENGTH, jnp.int32), jnp.zeros((n,), jnp.int32),
                    jnp.asarray(start_pos, jnp.int32), jnp.zeros((), jnp.int32),
                    jnp.array(key, copy=True))  # the carry is donated; never donate the caller's key
-    return _carry_on_mesh(carry, mesh)
+    return carry_on_mesh(carry, mesh)
 
 
-def decode_loop(graphdef, state, carry: _Carry, sp, mesh, *, max_new_tokens: int, chunk: int, stop_strings,
+def decode_loop(graphdef, state, carry: DecodeCarry, sp, mesh, *, max_new_tokens: int, chunk: int, stop_strings,
                 decode_text, live: np.ndarray, pad_id: int, progress=None, uniform_rows: Optional[int] = None,
                 row_offset: int = 0):
     """`decode` from `carry` for up to `max_new_tokens` steps, in calls of `chunk` steps. Between calls the host
@@ -286,8 +286,8 @@ def decode_loop(graphdef, state, carry: _Carry, sp, mesh, *, max_new_tokens: int
         step = min(step + chunk, max_new_tokens)
         with jax.set_mesh(mesh):  # traced under the mesh: the model pins its activations' rows to it
             chunked = {} if uniform_rows is None else dict(
-                uniform_rows=uniform_rows, row_offset=_on_mesh(np.int32(row_offset), mesh, rows=False))
-            carry = decode(graphdef, state, carry, _on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh,
+                uniform_rows=uniform_rows, row_offset=on_mesh(np.int32(row_offset), mesh, rows=False))
+            carry = decode(graphdef, state, carry, on_mesh(np.int32(step), mesh, rows=False), *sp, mesh=mesh,
                            **chunked)
         if progress is not None:
             progress(int(carry.step), max_new_tokens)
@@ -301,7 +301,7 @@ def decode_loop(graphdef, state, carry: _Carry, sp, mesh, *, max_new_tokens: int
                 stop_cut[r] = c
             if newly:
                 host_done[[r for r, _ in newly]] = True
-                carry = carry._replace(done=_on_mesh(host_done, mesh))
+                carry = carry._replace(done=on_mesh(host_done, mesh))
         if bool(_host(carry.done).all()):
             break
     out_tokens = _host(carry.tokens).copy()
@@ -360,19 +360,19 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
         raise ValueError(f"sample(): prompts_per_call must be >= 0 (0 = all prompts in one call), got "
                          f"{prompts_per_call}")
     stop_token_ids = [int(t) for t in stop_token_ids]
-    if len(stop_token_ids) > _MAX_STOP_IDS:
-        raise ValueError(f"sample(): at most {_MAX_STOP_IDS} stop_token_ids are supported")
+    if len(stop_token_ids) > MAX_STOP_IDS:
+        raise ValueError(f"sample(): at most {MAX_STOP_IDS} stop_token_ids are supported")
     if pad_id is None:
         pad_id = stop_token_ids[0] if stop_token_ids else 0
     cfg = model.config
     graphdef, own_state = nnx.split(model)
     state = own_state if state is None else state
     mesh = resolve_mesh(mesh, like=state)
-    tokens, lengths, n_prompts = _as_prompt_batch(prompts, pad_id, cfg.max_position_embeddings, max_new_tokens)
-    tokens, lengths = _pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
-    stop_arr = jnp.asarray(stop_token_ids + [-1] * (_MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
+    tokens, lengths, n_prompts = as_prompt_batch(prompts, pad_id, cfg.max_position_embeddings, max_new_tokens)
+    tokens, lengths = pad_rows_for_mesh(tokens, lengths, pad_id, mesh)
+    stop_arr = jnp.asarray(stop_token_ids + [-1] * (MAX_STOP_IDS - len(stop_token_ids)), jnp.int32)
     sp = (jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k), stop_arr, jnp.int32(pad_id))
-    sp = tuple(_on_mesh(x, mesh, rows=False) for x in sp)
+    sp = tuple(on_mesh(x, mesh, rows=False) for x in sp)
     chunk = max_new_tokens if not stop_strings and progress is None else max(1, chunk_steps)
     loop = dict(max_new_tokens=max_new_tokens, chunk=chunk, stop_strings=stop_strings,
                 decode_text=tokenizer.decode if stop_strings else None, pad_id=pad_id, progress=progress)
@@ -380,13 +380,13 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
         outs = []
         for first in range(0, n_prompts, prompts_per_call):
             m = min(prompts_per_call, n_prompts - first)
-            rows = sampler_rows(m)  # filler prompts as _as_prompt_batch makes them: one pad token each
+            rows = sampler_rows(m)  # filler prompts as as_prompt_batch makes them: one pad token each
             t = np.full((rows, tokens.shape[1]), pad_id, tokens.dtype)
             ln = np.ones((rows,), lengths.dtype)
             t[:m], ln[:m] = tokens[first:first + m], lengths[first:first + m]
-            t, ln = _pad_rows_for_mesh(t, ln, pad_id, mesh)
+            t, ln = pad_rows_for_mesh(t, ln, pad_id, mesh)
             with jax.set_mesh(mesh):
-                cache, last = prefill(graphdef, state, _on_mesh(t, mesh), _on_mesh(ln, mesh),
+                cache, last = prefill(graphdef, state, on_mesh(t, mesh), on_mesh(ln, mesh),
                                       num_samples=num_samples, max_new_tokens=max_new_tokens, mesh=mesh)
             carry = initial_carry(cache, last, ln, m, num_samples, max_new_tokens, pad_id, key, mesh)
             live = np.arange(carry.tokens.shape[0]) < m * num_samples
@@ -398,7 +398,7 @@ def sample(model: Qwen2, prompts, key: jax.Array, *, max_new_tokens: int, temper
         return SampleOutput(out_tokens, out_lp, out_slp, out_len, finish,
                             np.repeat(np.arange(n_prompts, dtype=np.int32), num_samples))
     with jax.set_mesh(mesh):  # traced under the mesh: the model pins its activations' rows to it
-        cache, last = prefill(graphdef, state, _on_mesh(tokens, mesh), _on_mesh(lengths, mesh),
+        cache, last = prefill(graphdef, state, on_mesh(tokens, mesh), on_mesh(lengths, mesh),
                               num_samples=num_samples, max_new_tokens=max_new_tokens, mesh=mesh)
     carry = initial_carry(cache, last, lengths, n_prompts, num_samples, max_new_tokens, pad_id, key, mesh)
     n = carry.tokens.shape[0]
