@@ -378,7 +378,6 @@ def test_tool_demonstrations_train_only_the_model_text(setup):
 def test_tools_config_is_checked_before_compute(setup):
     from jaxrl_reason.experiment.config import default_config, read_run_config
     from jaxrl_reason.knobs import UnknownKnobError
-    from jaxrl_reason.methods.rlv import RLV
 
     c = default_config()
     c.tools.max_turn_budget = 3
@@ -398,4 +397,8 @@ def test_tools_config_is_checked_before_compute(setup):
                         (OwnBuild(), "OwnBuild.build: its build does not declare trains_tool_rows")):
         with pytest.raises(ValueError, match=f"does not train on multi-turn tool rows \\({why}"):
             Trainer(model, tok, method, ex, parity_reward, TrainerConfig(steps=1), "/tmp/unused", tools=cfg())
-    assert RLV.tool_rows_refusal() is None and VinePPOV.tool_rows_refusal().startswith("VinePPO.build")
+    from jaxrl_reason.methods import METHODS
+
+    refused = {n for n, m in METHODS.items() if m.tool_rows_refusal()}
+    assert refused == {"ppo", "ppo_v", "vineppo", "vineppo_v"}  # RL^V's, CIPO's, CURE's builds all declare it
+    assert VinePPOV.tool_rows_refusal().startswith("VinePPO.build")
