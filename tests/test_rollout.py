@@ -397,7 +397,16 @@ def test_tools_config_is_checked_before_compute(setup):
                         (OwnBuild(), "OwnBuild.build: its build does not declare trains_tool_rows")):
         with pytest.raises(ValueError, match=f"does not train on multi-turn tool rows \\({why}"):
             Trainer(model, tok, method, ex, parity_reward, TrainerConfig(steps=1), "/tmp/unused", tools=cfg())
+    from jaxrl_reason.configs.tool_arithmetic import get_config
+    from jaxrl_reason.experiment.pipeline import start
     from jaxrl_reason.methods import METHODS
+
+    run = get_config()
+    run.method.name = "vineppo"  # refused by the run's start-up checks too, before the warm-up or any device
+    with pytest.raises(ValueError, match="config tools.tools=\\['calculator'\\]: method 'vineppo' does not train"):
+        start(run)
+    run.method.name = "self_check"
+    assert start(run)[1].name == "self_check"
 
     refused = {n for n, m in METHODS.items() if m.tool_rows_refusal()}
     assert refused == {"ppo", "ppo_v", "vineppo", "vineppo_v"}  # RL^V's, CIPO's, CURE's builds all declare it

@@ -25,7 +25,8 @@ from flax import nnx
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
-from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts, tool_rollouts
+from jaxrl_reason.methods.base import (Context, Method, Rollouts, RowFormats, check_tool_rows, generate_rollouts,
+                                      tool_rollouts)
 from jaxrl_reason.rollout.multiturn import ToolConfig, multi_turn_sample
 from jaxrl_reason.models import lora as lora_lib
 from jaxrl_reason.rewards.base import RewardResult
@@ -198,16 +199,7 @@ class Trainer:
         base with the adapters off, read from the policy's own frozen weights (no copy)."""
         self.prompt_fn, self.formats = prompt_fn, formats
         self.tools = tools if tools is not None and tools.enabled else None
-        if self.tools is not None:
-            # Each method states whether its rows are right on multi-turn rows (`GRPO.tool_rows_refusal`); one
-            # that does not is refused here, before any compute, rather than trained on environment tokens.
-            refusal = getattr(method, "tool_rows_refusal", None)
-            why = ("it does not say whether it trains on tool rows (a GRPO subclass declares trains_tool_rows)"
-                   if refusal is None else refusal())
-            if why:
-                raise ValueError(f"tools.tools={list(self.tools.tools)}: method {method.name!r} does not train on "
-                                 f"multi-turn tool rows ({why}); use grpo (any estimator), rlv, cure, cipo or "
-                                 "self_check, or set tools.tools=[]")
+        check_tool_rows(method, () if self.tools is None else self.tools.tools)
         self._make_env = None if self.tools is None else self.tools.make_env(prompt_fn)
         self._tool_metrics: dict = {}
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
