@@ -1,6 +1,7 @@
 """Multi-turn rollouts with tools: continuing from the KV cache samples exactly what re-prefilling the conversation
 samples, environment tokens carry no loss and no pi_old, max_turns and the token budget stop a row, tools turn
-hostile calls into messages, and the trainer trains GRPO on multi-turn rows and resumes them exactly."""
+hostile calls into messages, the trainer trains GRPO on multi-turn rows and resumes them exactly, and RL^V, CURE,
+CIPO and their union train on them with every environment token out of the loss (PPO and VinePPO refused)."""
 import json
 import threading
 import time
@@ -278,7 +279,7 @@ AUX = {"rlv": ("verify",), "cure": ("critique", "guided_solve"), "cipo": ("corre
        "self_check": ("verify", "critique", "guided_solve", "correct")}
 
 
-@pytest.mark.slow  # about a minute a method on 2 shared cores
+@pytest.mark.slow  # 13-52 s a method on 2 shared cores (2026-12-07)
 @pytest.mark.parametrize("name", ["rlv", "cure", "cipo", "self_check"])
 def test_self_checking_methods_train_on_tool_rows(check_tok, tmp_path, name):
     from jaxrl_reason.data.prompts import verify_prompt
