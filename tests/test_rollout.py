@@ -1,6 +1,7 @@
 """Multi-turn rollouts with tools: continuing from the KV cache samples exactly what re-prefilling the conversation
 samples, environment tokens carry no loss and no pi_old, max_turns and the token budget stop a row, tools turn
-hostile calls into messages, and the trainer trains GRPO on multi-turn rows and resumes them exactly."""
+hostile calls into messages, the trainer trains GRPO on multi-turn rows and resumes them exactly, and RL^V, CURE,
+CIPO and their union train on them with every environment token out of the loss (PPO and VinePPO refused)."""
 import json
 import threading
 import time
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from jaxrl_reason.data.arithmetic import arithmetic_examples
+from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.methods.base import tool_rollouts
 from jaxrl_reason.methods.grpo import GRPO, PolicyLossConfig, solve_rows
 from jaxrl_reason.rewards.base import RewardResult
@@ -207,12 +209,13 @@ def parity_reward(texts, examples):
     return RewardResult(np.array([len(t) % 2 for t in texts], np.float32), [{} for _ in texts])
 
 
-def tool_trainer(tok, workdir, steps=2):
+def tool_trainer(tok, workdir, steps=2, method=None):
     model = tiny_model(tok, seed=3)
     train = arithmetic_examples(32, seed=7, config=ARITH)
     c = TrainerConfig(steps=steps, prompts_per_step=2, samples_per_prompt=4, max_new_tokens=60, lr=1e-3,
                       checkpoint_every=1, progress=False, seed=11)
-    tr = Trainer(model, tok, GRPO("grpo", PolicyLossConfig()), train, parity_reward, c, workdir, tools=cfg())
+    method = GRPO("grpo", PolicyLossConfig()) if method is None else method
+    tr = Trainer(model, tok, method, train, parity_reward, c, workdir, tools=cfg())
     tr._make_env = AlwaysCalls  # a random policy never writes <calculator>...</calculator>
     return tr
 
@@ -236,6 +239,113 @@ def test_grpo_trains_on_multi_turn_rows_and_resumes_exactly(setup, tmp_path):
             assert a[k] == b[k], (k, a[k], b[k])
     logged = [json.loads(x) for x in open(tmp_path / "b" / "logs" / "metrics.jsonl")]
     assert [r["step"] for r in logged] == [1, 2]
+
+
+@pytest.fixture(scope="module")
+def check_tok(tmp_path_factory):
+    """A tokenizer that also knows the self-checking prompts: the verdicts "Yes" / "No" must be single tokens."""
+    from jaxrl_reason.data.prompts import correction_prompt, critique_prompt, guided_prompt, verify_prompt
+    from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
+
+    ex = arithmetic_examples(30, seed=1, config=ARITH)
+    texts = [solve_prompt(e.question) for e in ex] + [e.solution for e in ex]
+    for make in (critique_prompt, correction_prompt, verify_prompt):
+        texts += [make(e.question, e.solution) for e in ex]
+    texts += [guided_prompt(e.question, "add the numbers") for e in ex]
+    texts += ["ERROR_FOUND: true\nERROR_QUOTE: x\nWHY_IT_MATTERS: y\nHIGH_LEVEL_HINT: add the numbers"] * 5
+    return train_tiny_tokenizer(texts, str(tmp_path_factory.mktemp("checktok")), vocab_size=640)
+
+
+class CallsOften(AlwaysCalls):
+    """AlwaysCalls for a larger vocabulary, where a random model writes digits more rarely."""
+
+    stop_strings = ("1", "2", "3", "e", "a", "o")
+
+
+def self_checking(name):
+    from jaxrl_reason.methods.cipo import CIPO
+    from jaxrl_reason.methods.cure import CURE
+    from jaxrl_reason.methods.rlv import RLV
+    from jaxrl_reason.methods.self_check import SelfCheck
+
+    cure = dict(guided_samples=2, critique_batch_size=4, critique_max_new_tokens=8, guided_max_new_tokens=8)
+    cipo = dict(correction_samples=2, correction_max_new_tokens=8)
+    return {"rlv": lambda: RLV(measure_verifier=False, balance="none"), "cure": lambda: CURE(**cure),
+            "cipo": lambda: CIPO(**cipo),
+            "self_check": lambda: SelfCheck(**cure, **cipo, measure_verifier=False, balance="none")}[name]()
+
+
+AUX = {"rlv": ("verify",), "cure": ("critique", "guided_solve"), "cipo": ("correct",),
+       "self_check": ("verify", "critique", "guided_solve", "correct")}
+
+
+@pytest.mark.slow  # 13-52 s a method on 2 shared cores (2026-12-07)
+@pytest.mark.parametrize("name", ["rlv", "cure", "cipo", "self_check"])
+def test_self_checking_methods_train_on_tool_rows(check_tok, tmp_path, name):
+    from jaxrl_reason.data.prompts import verify_prompt
+    from jaxrl_reason.methods.base import Context
+    from jaxrl_reason.rl.batch import TASKS
+
+    tok = check_tok
+    tr = tool_trainer(tok, str(tmp_path), steps=1, method=self_checking(name))
+    seen = {}
+    build = tr.method.build
+
+    def spy(ro, ctx):
+        seen["ro"] = ro
+        return build(ro, ctx)
+
+    tr.method.build = spy
+    tr._make_env = CallsOften
+    logs = tr.run()
+    tr.close()
+    assert logs[0]["tools/env_token_frac"] > 0 and logs[0]["grad_norm"] > 0
+    assert all(np.isfinite(logs[0][f"loss/{t}"]) for t in AUX[name])
+    ro = seen["ro"]
+    multi = [r for r, m in enumerate(ro.token_masks) if (m == 0).any()]
+    assert multi  # some rows hold environment turns
+    # The same rollouts with other ids on every environment token; the same step's randomness for both builds.
+    alt = ro._replace(completions=[[int(t) if k else (int(t) + 7) % tok.vocab_size for t, k in zip(c, m)]
+                                   for c, m in zip(ro.completions, ro.token_masks)])
+    key = jax.random.PRNGKey(5)
+    sampler = lambda p, **kw: tr._sample(p, key, **kw)  # noqa: E731
+
+    def rows(rollouts):
+        ctx = Context(tok, sampler, tr._reward, np.random.default_rng(3), tok.pad_id, tr.model, tr.state.params,
+                      temperature=tr._scoring_temperature(), max_new_tokens=tr.cfg.max_new_tokens, formats=tr.formats,
+                      streams=lambda part: sampler)
+        return build(rollouts, ctx)[0]
+
+    a, b = rows(ro), rows(alt)
+    tasks = {t: TASKS[t] for t in ("solve",) + AUX[name]}
+    assert set(np.unique(a.task_id)) >= set(tasks.values())
+    env = np.asarray(a.tokens) != np.asarray(b.tokens)
+    assert env.any() and (np.asarray(a.loss_mask)[env] == 0).all() and (np.asarray(a.old_logprobs)[env] == 0).all()
+    assert (np.asarray(a.task_id)[env.any(axis=1)] == TASKS["solve"]).all()  # no other row holds a tool turn
+    # Loss and ratio untouched by the environment's tokens: other ids there, other log-probs there, same bits.
+    lp = (np.asarray(a.old_logprobs) + np.random.default_rng(0).normal(0, 0.3, a.tokens.shape)).astype(np.float32)
+    terms = tr.method.terms()
+    loss, metrics = objective(lp, a, terms)
+    loss2, metrics2 = objective(np.where(env, -9.0, lp).astype(np.float32), b, terms)
+    assert float(loss) == float(loss2) and np.isfinite(float(loss))
+    for k in metrics:
+        assert float(metrics[k]) == float(metrics2[k]), k
+    # The auxiliary rows hold the transcript the reward graded: a verify row is exactly the rendered question and
+    # transcript, a critique or a correction prompt holds it verbatim; some of them come from multi-turn rows.
+    g = ro.group_size
+    decoded = lambda i: tok.decode(np.asarray(a.tokens[i])[np.asarray(a.segment_ids[i]) > 0].tolist())  # noqa
+    for task in set(AUX[name]) - {"guided_solve"}:
+        idx = np.nonzero(np.asarray(a.task_id) == TASKS[task])[0]
+        assert len(idx)
+        if task == "verify":
+            want = {tuple(tok.encode(tok.render_prompt(verify_prompt(ro.examples[r // g].question, ro.texts[r])))):
+                    r for r in range(len(ro.texts))}
+            src = [want[tuple(np.asarray(a.tokens[i])[np.asarray(a.segment_ids[i]) > 0][:-1].tolist())]
+                   for i in idx]
+        else:
+            src = [next(r for r in range(len(ro.texts)) if ro.texts[r].strip() and ro.texts[r].strip() in decoded(i))
+                   for i in idx]
+        assert set(src) & set(multi), task
 
 
 # ------------------------------------------------------------------------------------------------ warm-up, config
@@ -269,7 +379,6 @@ def test_tool_demonstrations_train_only_the_model_text(setup):
 def test_tools_config_is_checked_before_compute(setup):
     from jaxrl_reason.experiment.config import default_config, read_run_config
     from jaxrl_reason.knobs import UnknownKnobError
-    from jaxrl_reason.methods.rlv import RLV
 
     c = default_config()
     c.tools.max_turn_budget = 3
@@ -277,6 +386,29 @@ def test_tools_config_is_checked_before_compute(setup):
         read_run_config(c)
     with pytest.raises(ValueError, match="max_turns must be >= 1"):
         ToolConfig(tools=("calculator",), max_turns=0)
+    from jaxrl_reason.methods.ppo import PPO
+    from jaxrl_reason.methods.vineppo import VinePPOV
+
+    class OwnBuild(GRPO):  # a new build that says nothing about tool rows
+        def build(self, rollouts, ctx):
+            return super().build(rollouts, ctx)
+
     tok, model, ex = setup
-    with pytest.raises(ValueError, match="GRPO-family methods"):
-        Trainer(model, tok, RLV(), ex, parity_reward, TrainerConfig(steps=1), "/tmp/unused", tools=cfg())
+    for method, why in ((PPO(), "PPO.build: its critic's values and GAE"), (VinePPOV(), "VinePPO.build"),
+                        (OwnBuild(), "OwnBuild.build: its build does not declare trains_tool_rows")):
+        with pytest.raises(ValueError, match=f"does not train on multi-turn tool rows \\({why}"):
+            Trainer(model, tok, method, ex, parity_reward, TrainerConfig(steps=1), "/tmp/unused", tools=cfg())
+    from jaxrl_reason.configs.tool_arithmetic import get_config
+    from jaxrl_reason.experiment.pipeline import start
+    from jaxrl_reason.methods import METHODS
+
+    run = get_config()
+    run.method.name = "vineppo"  # refused by the run's start-up checks too, before the warm-up or any device
+    with pytest.raises(ValueError, match="config tools.tools=\\['calculator'\\]: method 'vineppo' does not train"):
+        start(run)
+    run.method.name = "self_check"
+    assert start(run)[1].name == "self_check"
+
+    refused = {n for n, m in METHODS.items() if m.tool_rows_refusal()}
+    assert refused == {"ppo", "ppo_v", "vineppo", "vineppo_v"}  # RL^V's, CIPO's, CURE's builds all declare it
+    assert VinePPOV.tool_rows_refusal().startswith("VinePPO.build")

@@ -10,7 +10,8 @@ The tool-vs-no-tool comparison on this task (3 seeds, docs/results/multi_turn.md
     python experiments/compare.py --config jaxrl_reason/configs/tool_arithmetic.py --arm tool \
         --arm "no_tool:tools.tools=()" --baseline no_tool --seeds 0,1,2 --eval n=1,temperature=0,batch_size=64
 
-Multi-turn rollouts train GRPO-family methods only (RL^V, CURE, CIPO are refused).
+Multi-turn rollouts train GRPO-family methods, RL^V, CURE, CIPO and self_check (`method.name=...`); PPO and VinePPO
+are refused at start-up (docs/methods/multi_turn.md#training-and-warm-up).
 """
 from jaxrl_reason.configs.tiny_default import get_config as tiny_default
 

@@ -17,11 +17,13 @@ from jaxrl_reason.experiment.warmup import check_verify_warmup, tokenizer_corpus
 def start(cfg):
     """Everything a run checks before it touches a device or the workdir: -> (RunConfig, method). Raises on an
     unknown key in any section (naming it and the valid ones), an unknown method / estimator or one of their
-    knobs, and a warm-up that cannot run."""
+    knobs, a method that cannot train on the tools' multi-turn rows, and a warm-up that cannot run."""
     from jaxrl_reason.methods import make_method
+    from jaxrl_reason.methods.base import check_tool_rows
 
     rc = read_run_config(cfg)
     method = make_method(rc.method)
+    check_tool_rows(method, rc.tools.tools)
     check_verify_warmup(rc)
     return rc, method
 

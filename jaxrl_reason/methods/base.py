@@ -91,6 +91,21 @@ def tool_rollouts(out, examples: Sequence[Any], *, reward: Optional[Callable] = 
     return ro, metrics
 
 
+def check_tool_rows(method, tool_names: Sequence[str]) -> None:
+    """Start-up check of a run with tools (`tool_names` non-empty): its method must train on multi-turn rows. Each
+    method says so (`GRPO.tool_rows_refusal`: every `build` along its MRO declares `trains_tool_rows`); one that
+    does not is refused, with its reason, before any compute rather than trained on environment tokens."""
+    if not tool_names:
+        return
+    refusal = getattr(method, "tool_rows_refusal", None)
+    why = ("it does not say whether it trains on tool rows (a GRPO subclass declares trains_tool_rows)"
+           if refusal is None else refusal())
+    if why:
+        raise ValueError(f"config tools.tools={list(tool_names)}: method {method.name!r} does not train on "
+                         f"multi-turn tool rows ({why}); use grpo (any estimator), rlv, cure, cipo or self_check, "
+                         "or set tools.tools=[]")
+
+
 class RowFormats(NamedTuple):
     """How the data writes the rows of the self-checking tasks (data.verify_format, critique_format,
     correction_format, guided_layout, prompt_wording); the defaults are the papers' formats."""

@@ -163,6 +163,9 @@ class CIPO(GRPO):
     name = "cipo"
     tasks = ("solve", "correct")
     part = "correct"
+    # Tool rows: the solve rows are GRPO's (environment tokens masked); a correction is a single-turn sample
+    # without tools whose prompt holds the attempt's transcript (docs/methods/multi_turn.md#training-and-warm-up).
+    trains_tool_rows = True
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  correction_samples: int = 4, replay_prompts: int = 0, rho_init: float = 0.5, rho_min: float = 0.1,

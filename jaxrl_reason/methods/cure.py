@@ -291,6 +291,10 @@ class CURE(GRPO):
     # Replay makes zero-pass groups (all rewards 0) the groups CURE learns most from: dynamic sampling, which
     # drops them, must be refused (the trainer checks this).
     uses_zero_signal_groups = True
+    # Tool rows: the plain solve samples keep their environment masks, replayed guided solutions are the model's
+    # own text; critiques and guided re-solves are single-turn samples without tools, the critique's prompt
+    # holding the transcript (docs/methods/multi_turn.md#training-and-warm-up).
+    trains_tool_rows = True
     removed_knobs = REMOVED_KNOBS  # read_method_config names the replacement of a removed method.extra key
     default_loss = PAPER_LOSS
     part = "critique"  # critique, guided re-solve and replay: one part, off when both its weights are 0
@@ -566,7 +570,13 @@ class CURE(GRPO):
                         adv_lib.group_metrics(adv.rewards, adv.valid, advantages=adv.advantages).items()})
         metrics["replay/rows"] = len(ex.flat_replay)
         metrics["replay/queries"] = int(sum(1 for r in ex.replay if r))
-        return build_token_batch(prompts, comps, advs, olds, "solve", pad_id=ctx.pad_id)
+        masks = None
+        if ro.token_masks is not None:
+            # Multi-turn rows keep their environment tokens out of the loss; a replayed guided solution is the
+            # model's own single-turn text, every token of it trained.
+            masks = [np.asarray(t, np.float32) for t in ro.token_masks] + [
+                np.ones(len(ex.g_comps[gi * m + s]), np.float32) for _, gi, s in ex.flat_replay]
+        return build_token_batch(prompts, comps, advs, olds, "solve", pad_id=ctx.pad_id, completion_masks=masks)
 
     def _critique_rows(self, ex: "_Exploration", acc: np.ndarray, crit_w: list, verdict_lps: list, ctx: Context,
                        metrics: dict) -> list:

@@ -138,6 +138,10 @@ class GRPO:
     # Whether the method trains on groups whose rewards are all equal (CURE replays into zero-pass groups), so
     # that DAPO's dynamic sampling, which drops them, must be refused.
     uses_zero_signal_groups = False
+    # Whether this class's `build` trains on multi-turn tool rows (`Rollouts.token_masks`): declared by every class
+    # that defines a `build`, on that class alone; `tool_rows_refusal` reads the whole MRO, so a subclass whose
+    # new `build` says nothing is refused with tools rather than trained on environment tokens untested.
+    trains_tool_rows = True
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -166,6 +170,16 @@ class GRPO:
     def parts(cls) -> tuple[str, ...]:
         """The parts along the MRO, outermost first (RLV: ("verify",); CIPOV: ("correct", "verify"))."""
         return tuple(dict.fromkeys(c.__dict__["part"] for c in cls.__mro__ if c.__dict__.get("part")))
+
+    @classmethod
+    def tool_rows_refusal(cls) -> Optional[str]:
+        """None when every `build` along the MRO declares `trains_tool_rows = True` in its own class; else why the
+        first that does not cannot train multi-turn tool rows (its `no_tool_rows` text, when it gives one)."""
+        for c in cls.__mro__:
+            if "build" in c.__dict__ and c.__dict__.get("trains_tool_rows") is not True:
+                why = c.__dict__.get("no_tool_rows") or "its build does not declare trains_tool_rows = True"
+                return f"{c.__name__}.build: {why}"
+        return None
 
     def part_context(self, ctx: Context, part: str) -> Context:
         """The Context a part builds its rows with: in a union, the part's own randomness and sampler stream

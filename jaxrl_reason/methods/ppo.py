@@ -121,6 +121,9 @@ class PPO(GRPO):
 
     name = "ppo"
     tasks = ("solve", VALUE_TASK)
+    trains_tool_rows = False
+    no_tool_rows = ("its critic's values and GAE run over every completion token, the environment's included; "
+                    "multi-turn GAE (over model tokens, across environment turns) is not built")
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *, gamma: float = 1.0,
                  lam: float = 1.0, whiten: str = "masked_batch", value_coef: float = 0.1, value_clip: float = 0.2,

@@ -85,6 +85,9 @@ class RLV(GRPO):
     name = "rlv"
     tasks = ("solve", "verify")
     part = "verify"
+    # Tool rows: the solve rows are GRPO's; a verify row poses the question and the transcript the reward graded
+    # (the model's turns, calls included, ending in the final answer the verdict is about).
+    trains_tool_rows = True
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  verify_weight: float = 1.0, balance: str = "subsample", max_verify_rows: int = 0,

@@ -69,6 +69,10 @@ class VinePPO(GRPO):
     """Solve rows whose per-token advantages are Monte-Carlo value differences between step boundaries."""
 
     name = "vineppo"
+    trains_tool_rows = False
+    no_tool_rows = ("its Monte-Carlo values re-sample each prefix as one single-turn completion, without the "
+                    "tools, so a prefix that ends inside a conversation is continued by another process than the "
+                    "rollout's")
 
     def __init__(self, estimator: str = "grpo", loss: Optional[PolicyLossConfig] = None, *,
                  vine_samples: int = 4, max_steps: int = 8, boundary_text: str = "\n", s0_from_group: bool = True,

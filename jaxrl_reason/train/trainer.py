@@ -25,8 +25,8 @@ from flax import nnx
 
 from jaxrl_reason.data.datasets import DataIterator
 from jaxrl_reason.data.prompts import solve_prompt
-from jaxrl_reason.methods.base import Context, Method, Rollouts, RowFormats, generate_rollouts, tool_rollouts
-from jaxrl_reason.methods.grpo import GRPO
+from jaxrl_reason.methods.base import (Context, Method, Rollouts, RowFormats, check_tool_rows, generate_rollouts,
+                                      tool_rollouts)
 from jaxrl_reason.rollout.multiturn import ToolConfig, multi_turn_sample
 from jaxrl_reason.models import lora as lora_lib
 from jaxrl_reason.rewards.base import RewardResult
@@ -199,11 +199,7 @@ class Trainer:
         base with the adapters off, read from the policy's own frozen weights (no copy)."""
         self.prompt_fn, self.formats = prompt_fn, formats
         self.tools = tools if tools is not None and tools.enabled else None
-        if self.tools is not None and type(method).build is not GRPO.build:
-            # RL^V's verify rows, CURE's critiques and CIPO's corrections are built from single-turn texts; on
-            # multi-turn rows they are untested, so they are refused rather than trained silently.
-            raise ValueError(f"tools.tools={self.tools.tools}: multi-turn rows are trained by GRPO-family methods "
-                             f"(grpo, dr_grpo, rloo, dapo...) only; method {method.name!r} is not supported with tools")
+        check_tool_rows(method, () if self.tools is None else self.tools.tools)
         self._make_env = None if self.tools is None else self.tools.make_env(prompt_fn)
         self._tool_metrics: dict = {}
         self.model, self.tokenizer, self.method, self.reward_fn = model, tokenizer, method, reward_fn
