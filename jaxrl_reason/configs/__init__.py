@@ -16,6 +16,8 @@ import importlib.util
 import os
 from typing import Sequence
 
+import ml_collections
+
 
 PRESET_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,6 +47,18 @@ def config_argv(argv: Sequence[str], flag: str = "config") -> list[str]:
         elif a.startswith(f"--{flag}="):
             a = f"--{flag}=" + config_path(a.split("=", 1)[1])
         out.append(a)
+    return out
+
+
+def fsdp_over_devices(device_memory_gb: float, *, distributed: bool = False, **plan) -> ml_collections.ConfigDict:
+    """An accelerator preset's `parallel` section: the policy sharded (fsdp) over every device of the launch, on
+    devices of `device_memory_gb`; distributed: join the other hosts' processes (a pod), else one process drives
+    its host's devices; plan: the batch the mesh was planned for (`train_rows`, `sample_rows`, `context`,
+    `prompt_tokens`), which preflight and the tests re-check against the memory."""
+    out = ml_collections.ConfigDict({"mesh_shape": {"data": 1, "fsdp": -1, "tp": 1}, "distributed": distributed,
+                                     "device_memory_gb": device_memory_gb})
+    if plan:
+        out.plan = ml_collections.ConfigDict(plan)
     return out
 
 

@@ -17,8 +17,7 @@ hold the question and a whole attempt (<= ~2,400 tokens) before the <= 2,048-tok
     python experiments/launch/compile_tpu.py --config jaxrl_reason/configs/cipo_qwen3_4b_math.py --topology h100:8
 """
 
-import ml_collections
-
+from jaxrl_reason.configs import fsdp_over_devices
 from jaxrl_reason.configs.cipo import get_config as cipo
 
 
@@ -53,13 +52,10 @@ def get_config():
     c.method.extra.correction_samples = 8  # G' = G
     c.method.extra.replay_prompts = 0  # one replay prompt per query
 
-    c.parallel = ml_collections.ConfigDict()
-    c.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # -1: all 8 GPUs of the node
-    c.parallel.distributed = False  # one process drives the 8 local GPUs
-    c.parallel.device_memory_gb = 80
-    c.parallel.plan = ml_collections.ConfigDict()  # the batch the mesh was planned for (see above)
-    c.parallel.plan.train_rows = 512  # 32 x 8 solve rows + 32 replay prompts x 8 corrections
-    c.parallel.plan.sample_rows = 256  # the correction sampler's rows (as many as the rollouts')
-    c.parallel.plan.context = 5120  # length bucket of a correction row (~2,400-token prompt + 2,048)
-    c.parallel.plan.prompt_tokens = 256
+    # one process drives the 8 GPUs of the node; the batch the mesh was planned for (see above)
+    c.parallel = fsdp_over_devices(
+        80, train_rows=512,  # 32 x 8 solve rows + 32 replay prompts x 8 corrections
+        sample_rows=256,  # the correction sampler's rows (as many as the rollouts')
+        context=5120,  # length bucket of a correction row (~2,400-token prompt + 2,048)
+        prompt_tokens=256)
     return c

@@ -17,8 +17,7 @@ the directory name. Checked by compiling every executable of the step for 8 H100
     python experiments/launch/compile_tpu.py --config jaxrl_reason/configs/cipo_seed_coder_8b.py --topology h100:8
 """
 
-import ml_collections
-
+from jaxrl_reason.configs import fsdp_over_devices
 from jaxrl_reason.configs.cipo_code import get_config as cipo_code
 
 
@@ -45,13 +44,10 @@ def get_config():
     c.method.eps_high = 0.28
     c.method.extra.correction_samples = 8
 
-    c.parallel = ml_collections.ConfigDict()
-    c.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # -1: all 8 GPUs of the node
-    c.parallel.distributed = False  # one process drives the 8 local GPUs
-    c.parallel.device_memory_gb = 80
-    c.parallel.plan = ml_collections.ConfigDict()  # the batch the mesh was planned for (see above)
-    c.parallel.plan.train_rows = 512  # 32 x 8 solve rows + 32 replay prompts x 8 corrections
-    c.parallel.plan.sample_rows = 256
-    c.parallel.plan.context = 2560  # length bucket of a correction row (~1,350-token prompt + 1,024)
-    c.parallel.plan.prompt_tokens = 256
+    # one process drives the 8 GPUs of the node; the batch the mesh was planned for (see above)
+    c.parallel = fsdp_over_devices(
+        80, train_rows=512,  # 32 x 8 solve rows + 32 replay prompts x 8 corrections
+        sample_rows=256,
+        context=2560,  # length bucket of a correction row (~1,350-token prompt + 1,024)
+        prompt_tokens=256)
     return c

@@ -23,8 +23,7 @@ Launch (weights and data on local disk, nothing is downloaded):
     experiments/launch/run.sh jaxrl_reason/configs/cure_qwen25_7b_4gpu.py \
         --config.model.hf_path=/data/Qwen2.5-7B-Instruct --config.tokenizer.path=/data/Qwen2.5-7B-Instruct
 """
-import ml_collections
-
+from jaxrl_reason.configs import fsdp_over_devices
 from jaxrl_reason.configs.cure import get_config as cure_cpu
 
 
@@ -64,13 +63,6 @@ def get_config():
     c.rl.eval_every = 50
     c.rl.eval_batch_size = 128
 
-    c.parallel = ml_collections.ConfigDict()
-    c.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # -1: all 4 GPUs
-    c.parallel.distributed = False  # one process drives the 4 local GPUs
-    c.parallel.device_memory_gb = 80
-    c.parallel.plan = ml_collections.ConfigDict()  # the batch the mesh was planned for (tests re-check the fit)
-    c.parallel.plan.train_rows = 384
-    c.parallel.plan.sample_rows = 128
-    c.parallel.plan.context = 2048
-    c.parallel.plan.prompt_tokens = 512
+    # one process drives the 4 local GPUs; the batch the mesh was planned for (tests re-check the fit)
+    c.parallel = fsdp_over_devices(80, train_rows=384, sample_rows=128, context=2048, prompt_tokens=512)
     return c

@@ -6,8 +6,7 @@ Pre-flight (peak ~20 GiB of 80 GiB per device, see `parallel.memory`):
         --train-length 1024 --micro-batches 8 --sample-rows 160 --sample-length 1024 --device-memory-gb 80
 Launch: experiments/launch/run.sh jaxrl_reason/configs/rlv_qwen25_math_1p5b_8gpu.py [--config.x=y ...]
 """
-import ml_collections
-
+from jaxrl_reason.configs import fsdp_over_devices
 from jaxrl_reason.configs.rlv_qwen25_math_1p5b import get_config as base
 
 
@@ -15,8 +14,5 @@ def get_config():
     c = base()
     c.workdir = "runs/rlv_qwen25_math_1p5b_8gpu"
     c.rl.micro_batches = 8  # 40 rows a micro-batch, 5 per device (the one-device preset needs 20)
-    c.parallel = ml_collections.ConfigDict()
-    c.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}  # -1: every device
-    c.parallel.distributed = False  # one process drives all 8 local GPUs
-    c.parallel.device_memory_gb = 80
+    c.parallel = fsdp_over_devices(80)  # one process drives all 8 local GPUs
     return c

@@ -9,8 +9,7 @@ Launch on every host at once:
     gcloud compute tpus tpu-vm ssh $TPU --worker=all --command \
         "cd jaxrl_reason && experiments/launch/run.sh jaxrl_reason/configs/rlv_qwen25_math_1p5b_v5e16.py"
 """
-import ml_collections
-
+from jaxrl_reason.configs import fsdp_over_devices
 from jaxrl_reason.configs.rlv_qwen25_math_1p5b import get_config as base
 
 
@@ -18,8 +17,5 @@ def get_config():
     c = base()
     c.workdir = "runs/rlv_qwen25_math_1p5b_v5e16"  # use a bucket or shared disk: every host writes its shards
     c.rl.micro_batches = 20
-    c.parallel = ml_collections.ConfigDict()
-    c.parallel.mesh_shape = {"data": 1, "fsdp": -1, "tp": 1}
-    c.parallel.distributed = True
-    c.parallel.device_memory_gb = 16
+    c.parallel = fsdp_over_devices(16, distributed=True)  # every host of the pod runs one process
     return c
