@@ -19,14 +19,13 @@ from jaxrl_reason.methods import make_method
 from jaxrl_reason.methods.base import Context, Rollouts, RowFormats
 from jaxrl_reason.methods.cipo import (CIPO, CIPOV, RatioState, rank_failed_sources, select_sources,
                                        shape_correction_rewards, update_ratio)
-from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rl.batch import TASKS, build_token_batch
 from jaxrl_reason.rl.scoring import completion_logprobs
 from jaxrl_reason.sampling.sampler import SampleOutput
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig
 from jaxrl_reason.train.update import make_update
 
-from tiny import ARITH, arith_tokenizer, tiny_model  # noqa: E402
+from tiny import ARITH, arith_tokenizer, tiny_model, parity_reward, right_reward as reward  # noqa: E402
 
 RULE = dict(rho_min=0.1, rho_max=0.9, rho_step=0.1, tau_low=0.6, tau_high=0.9, delta=0.1, window=4)
 # Q=4 x G=4: zero-pass, acc 0.25, acc 0.5, solved.
@@ -43,10 +42,6 @@ def tokenizer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model(tokenizer):
     return tiny_model(tokenizer, seed=3, max_positions=1024)
-
-
-def reward(texts, examples):
-    return RewardResult(np.array(["RIGHT" in t for t in texts], np.float32), [{}] * len(texts))
 
 
 class ScriptedSampler:
@@ -274,10 +269,6 @@ def test_updates_on_a_correction_group_raise_the_right_correction(tokenizer, mod
 
 
 # ------------------------------------------------------------------------------------------ trainer
-
-
-def parity_reward(texts, examples):
-    return RewardResult(np.array([len(t) % 2 for t in texts], np.float32), [{} for _ in texts])
 
 
 def make_trainer(tokenizer, workdir, steps=4):

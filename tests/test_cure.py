@@ -31,7 +31,7 @@ from jaxrl_reason.rl.scoring import completion_logprobs
 from jaxrl_reason.sampling.sampler import SampleOutput
 from jaxrl_reason.train.update import make_update
 
-from tiny import ARITH, tiny_model  # noqa: E402
+from tiny import ARITH, tiny_model, right_reward as reward  # noqa: E402
 
 HINT = "add the numbers one pair at a time and check every partial sum twice before writing it"
 M = 4
@@ -55,10 +55,6 @@ def tokenizer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model(tokenizer):
     return tiny_model(tokenizer, seed=3, max_positions=1024)
-
-
-def reward(texts, examples):
-    return RewardResult(np.array(["RIGHT" in t for t in texts], np.float32), [{}] * len(texts))
 
 
 def solve_text(q, s, rewards=REWARDS):

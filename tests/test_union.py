@@ -21,12 +21,11 @@ from jaxrl_reason.methods.cure import CURE, PAPER_LOSS
 from jaxrl_reason.methods.grpo import GRPO
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.methods.self_check import SelfCheck
-from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rl.batch import TASKS
 from jaxrl_reason.sampling.sampler import SampleOutput
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig
 
-from tiny import ARITH, tiny_model  # noqa: E402
+from tiny import ARITH, tiny_model, parity_reward, right_reward as reward  # noqa: E402
 
 HINT = "add the numbers one pair at a time and check every partial sum twice before writing it"
 # Q=4 x K=4: zero-pass, acc 0.25, acc 0.75, solved: every part has sources (wrong and right samples).
@@ -54,10 +53,6 @@ def tokenizer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model(tokenizer):
     return tiny_model(tokenizer, seed=3, max_positions=1024)
-
-
-def reward(texts, examples):
-    return RewardResult(np.array(["RIGHT" in t for t in texts], np.float32), [{}] * len(texts))
 
 
 def kind_of(prompt_text: str) -> str:
@@ -215,10 +210,6 @@ def test_presets_validate_and_build_the_union(name):
 
 
 # ------------------------------------------------------------------------------------------ trainer
-
-
-def parity_reward(texts, examples):
-    return RewardResult(np.array([len(t) % 2 for t in texts], np.float32), [{} for _ in texts])
 
 
 def make_trainer(tokenizer, workdir, steps=3):

@@ -1,8 +1,11 @@
-"""Tiny models and a tiny arithmetic tokenizer shared by the trainer/method tests."""
+"""Tiny models, a tiny arithmetic tokenizer and scripted rewards shared by the trainer/method tests."""
+import numpy as np
+
 from jaxrl_reason.data.arithmetic import ArithmeticConfig, arithmetic_examples
 from jaxrl_reason.data.prompts import solve_prompt
 from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
 from jaxrl_reason.models.qwen2 import ModelConfig, init_model
+from jaxrl_reason.rewards.base import RewardResult
 
 ARITH = ArithmeticConfig(min_digits=1, max_digits=1, operations=("+",))
 
@@ -34,3 +37,13 @@ def assert_same_update(out, ref, params_before, keys, *, rtol, atol):
     assert moved > 1e-3
     for a, b in zip(jax.tree.leaves(out.params), jax.tree.leaves(ref.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol)
+
+
+def right_reward(texts, examples):
+    """1 for a completion that says RIGHT: scripted samplers write RIGHT / WRONG to set a row's reward."""
+    return RewardResult(np.array(["RIGHT" in t for t in texts], np.float32), [{}] * len(texts))
+
+
+def parity_reward(texts, examples):
+    """The completion's length parity: a reward with signal on a random model, so a trainer step moves."""
+    return RewardResult(np.array([len(t) % 2 for t in texts], np.float32), [{} for _ in texts])
