@@ -286,3 +286,45 @@ def test_vine_and_correction_samplers_are_compiled_per_call_and_verify_rows_coun
     corr, _, rc = exes("cipo_qwen3_4b_math.py", "--config.method.extra.correction_prompts_per_call=8")
     assert corr["correction decode"].calls == rc.rl.prompts_per_step // 8
     assert corr["correction decode"].note.startswith(f"{8 * rc.method.extra['correction_samples']} rows")
+
+
+def test_cure_critique_and_guided_samplers_are_sized_as_the_method_calls_them():
+    """Without compiling (abstract shapes on the CPU mesh), the tiny CURE preset: the critique sampler holds the
+    critique batch (`critique_batch_size`, 0 = half the rollouts; more than the rollouts when set so, samples then
+    repeat) and the guided sampler its wrong half, M samples each -- the sizes `select_critique_rows` gives the
+    method's calls, checked here on reward patterns from all wrong to all right."""
+    import jax
+    import numpy as np
+
+    from jaxrl_reason.buckets import sampler_rows
+    from jaxrl_reason.methods import make_method
+    from jaxrl_reason.methods.cure import select_critique_rows
+
+    def exes(*over):
+        rc = read_run_config(load_config_file(str(ROOT / "jaxrl_reason" / "configs" / "cure.py"), list(over)))
+        cfg, _ = cc.run_model_config(rc)
+        mesh = cc.topology_mesh({"data": 1, "fsdp": 1, "tp": 1}, jax.devices()[:1])
+        out, _ = cc.step_executables(rc, cfg, mesh)
+        return {e.name: e for e in out}, rc, make_method(rc.method)
+
+    for over in ([], ["--config.method.extra.critique_batch_size=3"], ["--config.rl.prompts_per_step=3",
+                                                                          "--config.method.extra.critique_batch_size=40"]):
+        out, rc, method = exes(*over)
+        q, k = rc.rl.prompts_per_step, rc.rl.samples_per_prompt
+        crit, guided = method.critique_sizes(q, k)
+        assert crit == (rc.method.extra["critique_batch_size"] or q * k // 2)
+        rng = np.random.default_rng(0)
+        for p_right in (0.0, 0.3, 0.7, 1.0):  # the method's own selection: its size, at most `guided` wrong
+            rewards = (rng.random((q, k)) < p_right).astype(np.float32)
+            rows = select_critique_rows(rewards, method.critique_acc_range, crit, rng,
+                                        zero_pass_floor=method.critique_zero_pass_floor)
+            assert len(rows) <= crit and int(np.sum(rewards.reshape(-1)[rows] <= 0.5)) <= guided
+            if 0.0 < p_right < 1.0:
+                assert len(rows) == crit
+        budget = rc.method.extra["critique_max_new_tokens"] or rc.rl.max_new_tokens
+        assert out["critique decode"].note == f"{sampler_rows(crit)} rows x {budget} steps"
+        assert out["critique prefill"].note.startswith(f"{sampler_rows(crit)} prompts x ")
+        assert out["guided prefill"].note.startswith(f"{sampler_rows(guided)} prompts x ")
+        m = rc.method.extra["guided_samples"]
+        assert out["guided decode"].note == f"{sampler_rows(guided) * m} rows x {rc.rl.max_new_tokens} steps"
+    assert crit > q * k  # the last setting: a critique batch larger than the rollouts (samples repeat)

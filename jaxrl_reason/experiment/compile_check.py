@@ -15,8 +15,8 @@ decode (whose bytes are analytic).
 The executables of one step (`step_executables`), at the shapes the trainer gives them:
     rollout prefill / decode   Q prompts (left-padded to a power of two), G samples each, rl.max_new_tokens
     method sampling            CURE critiques and guided re-solves, CIPO corrections (their budgets; rows and
-                               prompt lengths at their upper bounds: every rollout critiqued, prompts that hold a
-                               whole completion)
+                               prompt lengths at their upper bounds: the critique batch's size and its wrong half
+                               re-solved, `methods.cure.CURE.critique_sizes`; prompts that hold a whole completion)
     pi_old / reference scoring the forward of `rl.scoring.reference_logprobs` on the update's batch (when a KL
                                term reads a reference, or the method recomputes pi_old, as CURE does)
     update                     the fused `train.update` with the method's loss terms, rl.micro_batches, the LM
@@ -431,14 +431,14 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
     # The parts the method samples beyond the rollouts (a union has several: methods.self_check).
     parts = method.parts() if hasattr(method, "parts") else ()
     if "critique" in parts:
-        crit_rows = min(method.critique_batch_size or q * g, q * g)
+        crit_rows, guided_prompts = method.critique_sizes(q, g)  # the method's own call sizes
         crit_prompt = power_of_two(shapes.sample_prompt_len + shapes.new_tokens + 32)
         crit_tokens = method.critique_max_new_tokens or shapes.new_tokens  # 0: the run's budget
         exes += _sampler_executables("critique", graphdef, params, mesh, cfg, crit_rows, 1, crit_prompt,
                                      crit_tokens, o_bytes + ref_bytes)
         guided_prompt = power_of_two(shapes.sample_prompt_len + crit_tokens)
-        exes += _sampler_executables("guided", graphdef, params, mesh, cfg, q, method.guided_samples, guided_prompt,
-                                     method.guided_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
+        exes += _sampler_executables("guided", graphdef, params, mesh, cfg, guided_prompts, method.guided_samples,
+                                     guided_prompt, method.guided_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
     if "correct" in parts:
         corr_prompt = power_of_two(shapes.sample_prompt_len + shapes.new_tokens)
         replay = method.replay_prompts or q

@@ -425,6 +425,14 @@ class CURE(GRPO):
         # Policy terms first, then the KL terms, as CURE alone always ordered them (the sum's order is its bits).
         return tuple(x for x in base + t if x.kind != "kl") + tuple(x for x in base + t if x.kind == "kl")
 
+    def critique_sizes(self, queries: int, group_size: int) -> tuple[int, int]:
+        """(critiques, guided prompts) of a step of `queries` x `group_size` rollouts at most: the critique batch
+        has its fixed size (samples repeat when the pools are short), and at most its wrong half, ceil(size / 2)
+        (`select_critique_rows` cuts every share wrong-first), gets guided re-solves. What the sampler is called
+        with; the compile check sizes its critique and guided executables by it."""
+        critiques = self.critique_batch_size or (queries * group_size) // 2
+        return critiques, -(-critiques // 2)
+
     def _replay_cap(self, group_size: int) -> Optional[int]:
         """Replayed samples allowed per query: K by default (the authors' min(#successes, group size))."""
         if self.max_replay_per_query == 0:
@@ -503,7 +511,7 @@ class CURE(GRPO):
         """Critiques of the chosen samples, guided re-solves from the hints of critiques of wrong ones, and the
         guided successes that replay into their query's solve group."""
         q, k = ro.rewards.shape
-        batch_size = self.critique_batch_size or (q * k) // 2
+        batch_size, _ = self.critique_sizes(q, k)
         rows = select_critique_rows(ro.rewards, self.critique_acc_range, batch_size, ctx.rng,
                                     zero_pass_floor=self.critique_zero_pass_floor)
         crit = self._critique(ro, rows, ctx) if len(rows) else None
