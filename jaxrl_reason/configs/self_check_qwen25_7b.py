@@ -1,7 +1,7 @@
 """The union `self_check` (docs/methods/union.md) on Qwen2.5-7B-Instruct, one host with 4 x 80 GB GPUs: the CURE 7B
 preset's model, data, mesh and memory plan (`cure_qwen25_7b_4gpu`), with the verify (RL^V) and correct (CIPO)
 parts on as well. Compiled for h100:4 with `experiments/launch/compile_tpu.py` (docs/results/tpu_compile.md): every
-executable of its step fits, peak 31.34 of 80 GiB a GPU (the critique prefill).
+executable of its step fits, peak 27.75 of 80 GiB a GPU (the update; the 32-prompt critique sampler 23.95).
 
 Rows per step, worst case with Q=16 x K=4 solves: the CURE preset's <= 224 (solve 64, replay <= 64, critiques 32,
 guided <= 64), verify rows <= 64 (one per solve sample; balanced, so at most 2 x the minority class) and
