@@ -267,6 +267,32 @@ def test_compare_reports_strategies_at_matched_budgets_and_their_paired_differen
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+
+def test_compare_pairs_each_arms_best_strategy_at_each_budget_against_the_baselines_best():
+    def cell(maj, wtd):  # per-question values at budgets 1x and 2x for two strategies
+        table = {name: [{"multiple": m, "acc": float(np.mean(v[i])), "tokens": 5.0 * m, "point": "-"}
+                        for i, m in enumerate((1, 2)) if v[i] is not None] for name, v in (("maj", maj), ("wtd", wtd))}
+        pq = {name: {str(m): v[i] for i, m in enumerate((1, 2)) if v[i] is not None}
+              for name, v in (("maj", maj), ("wtd", wtd))}
+        return {"before": 0.1, "after": 0.2, "curve": {"x": [0, 10], "y": [0.1, 0.2], "total_tokens": 10},
+                "budgets": {"multiples": [1, 2], "table": table, "per_question": pq}}
+
+    # g: maj is its best at both budgets; u: maj at 1x, wtd at 2x (wtd does not fit 1x for u)
+    cells = {("g", 0): cell([[1, 0, 0, 0], [1, 1, 0, 0]], [[0, 0, 0, 0], [1, 0, 0, 0]]),
+             ("g", 1): cell([[1, 1, 0, 0], [1, 1, 0, 0]], [[1, 0, 0, 0], [0, 0, 0, 0]]),
+             ("u", 0): cell([[1, 0, 0, 0], [1, 0, 0, 0]], [None, [1, 1, 1, 1]]),
+             ("u", 1): cell([[0, 0, 0, 0], [1, 0, 0, 0]], [None, [1, 1, 1, 0]])}
+    b = cmp.summarize(cells, ["g", "u"], [0, 1], "g", draws=50)["budgets"]
+    assert [p["strategy"] for p in b["best"]["g"]] == ["maj", "maj"]
+    assert [p["strategy"] for p in b["best"]["u"]] == ["maj", "wtd"] and b["best"]["u"][1]["seeds"] == [1.0, 0.75]
+    d = b["paired_best"]["u"]
+    assert [x["diff"] for x in d["1"]["per_seed"]] == pytest.approx([0.0, -0.5])  # u's maj minus g's maj
+    assert [x["diff"] for x in d["2"]["per_seed"]] == pytest.approx([0.5, 0.25])  # u's wtd minus g's maj
+    md = cmp.markdown_report(cmp.summarize(cells, ["g", "u"], [0, 1], "g", draws=50))
+    assert "| u | maj: **0.125** (0.250 / 0.000) | wtd: **0.875** (1.000 / 0.750) |" in md
+    assert "### Best against best" in md and "| u | 2x | 0.500 [" in md
+
+
 # ------------------------------------------------------------------------------------------- as a conversation
 def test_refinement_and_correction_as_turns_of_one_conversation(ckpt):
     from jaxrl_reason.inference.correction import self_correct
