@@ -179,7 +179,7 @@ def test_matched_budgets_take_the_costliest_setting_within_each_budget():
                                              scores={"self": np.tile(np.linspace(0.2, 0.8, 4), (3, 1))},
                                              num_subsets=50, seed=3),
                "refinement": {"rows": [{"round": 0, "acc": 0.0, "tokens": 10.0}, {"round": 1, "acc": 1 / 3,
-                                                                                 "tokens": 25.0},
+                                                                                 "tokens": 20.5},
                                        {"round": 2, "acc": 2 / 3, "tokens": 38.0}],
                               "per_example": {"correct": [[0, 0, 0], [0, 1, 0], [1, 1, 0]]}},
                "correction": {"rows": [{"round": 0, "acc": 1 / 3, "tokens": 12.0},
@@ -189,10 +189,18 @@ def test_matched_budgets_take_the_costliest_setting_within_each_budget():
     t = b["table"]
     assert b["multiples"] == [1, 2, 4, 8] and b["unit_tokens"] == 10.0 and "pass@k" not in t
     assert [c["point"] for c in t["maj@k"]] == ["k=1", "k=2", "k=4", "k=4"]
-    assert [c["point"] for c in t["self-refinement"]] == ["round=0", "round=0", "round=2", "round=2"]
+    # round 0 is one plain sample, not the strategy: refinement starts at round 1 (20.5 tokens: within 2x + 5%)
+    assert [c["point"] for c in t["self-refinement"]] == [None, "round=1", "round=2", "round=2"]
     assert [c["point"] for c in t["self-correction"]] == [None, "round=1", "round=1", "round=1"]
     assert t["self-correction"][0]["acc"] is None and "1" not in b["per_question"]["self-correction"]
+    # the correction's greedy round-0 attempt is its own strategy (12 tokens: over 1x + 5%, within 2x)
+    assert [c["point"] for c in t["greedy"]] == [None, "k=1", "k=1", "k=1"]
+    assert b["per_question"]["greedy"]["2"] == [1.0, 0.0, 0.0]
     assert b["per_question"]["self-refinement"]["4"] == [1.0, 1.0, 0.0]
+    strict = sc.matched_budgets(results, slack=0.0)["table"]["self-refinement"]
+    assert [c["point"] for c in strict] == [None, None, "round=2", "round=2"]  # 20.5 tokens > a 2x budget of 20
+    with pytest.raises(ValueError, match="slack must lie in"):
+        sc.matched_budgets(results, slack=1.5)
     # a vote's per-question values average to the pool's own number at that k
     for name, key in (("maj@k", "majority"), ("BoN@k (self)", "best_of_n"), ("weighted@k (self)", "weighted")):
         for j, m in enumerate((1, 2, 4)):

@@ -24,6 +24,7 @@ import numpy as np
 
 from jaxrl_reason.experiment.config import read_run_config, run_config_dict
 from jaxrl_reason.experiment.evaluation import EvalSpec, evaluate_run
+from jaxrl_reason.inference.self_check import matched_budgets
 
 __all__ = ["Arm", "apply_overrides", "compare", "expand_grid", "markdown_report", "paired_differences",
            "warmup_key"]
@@ -367,8 +368,7 @@ def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = eval
     task = build_data(rc.data, rc.setup_seed)
     res = evaluate(load_pretrained(final), Tokenizer.from_pretrained(final), load_examples(heldout), spec,
                    reward_fn=task.reward_fn, prompt_fn=task.prompt_fn, answer_instruction=answer_instruction)
-    res["per_question"] = per_question(res)
-    res.pop("samples", None)
+    res["per_question"] = per_question(res)  # the samples stay: a budget table is recomputed from them (`compare`)
     os.makedirs(cache_dir, exist_ok=True)
     json.dump(res, open(path + ".tmp", "w"))
     os.replace(path + ".tmp", path)
@@ -459,8 +459,9 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
             cell["eval"].update(strategy_scalars(e))
             cell["per_question"] = e["per_question"]
             cell["n"] = n
-            if "budgets" in e:
-                cell["budgets"] = e["budgets"]
+            if "budgets" in e:  # the current rule's table, also for a cached evaluation (it kept its samples)
+                cell["budgets"] = (matched_budgets(e, e["budgets"]["multiples"]) if "samples" in e
+                                   else e["budgets"])
         results[name, seed] = cell
     summary = summarize(results, [a.name for a in arms], [int(s) for s in seeds], baseline, draws=draws)
     summary.update(warmups=warmups, arms={a.name: list(a.overrides) for a in arms},
