@@ -176,6 +176,16 @@ def group_sampler(res):
         out = sample(model, prompts, key, state=sp, **kw)
         res["sampler"][name] = {"tokens": out.tokens.tolist(),
                                 "logprob_max_diff": float(np.max(np.abs(out.logprobs - ref.logprobs)))}
+    # decode_weights="per_layer" (each layer's weights gathered inside the step, not all once per call): at
+    # temperature 1, so every draw reads the log-probs' bits, the same outputs as the gathered decode on each mesh.
+    per_layer = init_model(CFG.replace(decode_weights="per_layer"), seed=5)
+    kw1 = dict(max_new_tokens=10, temperature=1.0, num_samples=2)
+    res["sampler_per_layer"] = {}
+    for name, shape in MESHES.items():
+        sp = rules.shard_params(params, make_mesh(shape))
+        a, b = sample(model, prompts, key, state=sp, **kw1), sample(per_layer, prompts, key, state=sp, **kw1)
+        res["sampler_per_layer"][name] = {f: getattr(a, f).tolist() == getattr(b, f).tolist()
+                                          for f in ("tokens", "logprobs", "sampling_logprobs", "lengths")}
     # One decode step with the KV cache explicitly laid out by kv_cache_shardings (rows x kv heads).
     from jaxrl_reason.models.qwen2 import KVCache
 

@@ -107,6 +107,15 @@ def test_memory_plan_matches_hand_count():
 
     assert m.sampling_logits == 2 * 4 * rows * v // 2 + L * layer_matmul_params(CFG) * 4 // 2
     assert more.sampling_logits - 2 * 4 * (8 // 4) * v // 2 == m.sampling_logits - 2 * 4 * rows * v // 2
+    # decode_weights="per_layer": the fused layers split over fsdp x tp, plus two layers whole over fsdp (the one
+    # running and the one being gathered); "gathered" (above) holds all of them whole.
+    layer = layer_matmul_params(CFG) * 4 // 2
+    per = memory.plan(CFG.replace(decode_weights="per_layer"), {"data": 1, "fsdp": 4, "tp": 2}, b)
+    assert per.sampling_logits == 2 * 4 * (8 // 4) * v // 2 + L * layer // 4 + 2 * layer
+    assert more.sampling_logits - per.sampling_logits == L * layer - L * layer // 4 - 2 * layer
+    # without an fsdp split there is nothing to gather per layer: the same bytes as "gathered"
+    assert memory.plan(CFG.replace(decode_weights="per_layer"), {"data": 2, "fsdp": 1, "tp": 2}, b) == \
+        memory.plan(CFG, {"data": 2, "fsdp": 1, "tp": 2}, b)
     # The LM head at `scored` positions only: the update's float32 logits shrink by 3 x 4 x vocab per position.
     scored = memory.plan(CFG, {"data": 1, "fsdp": 1, "tp": 1}, b._replace(scored=40))
     assert one.activations - scored.activations == 3 * 4 * (8 * 16 - 40) * v
@@ -243,6 +252,10 @@ def test_sampler_gives_the_same_greedy_tokens_on_every_mesh(eight):
     for name in MESHES:
         assert s[name]["tokens"] == s["reference"], name
         assert s[name]["logprob_max_diff"] < 1e-4
+    # the per-layer gather of the decode's weights changes where they live, not one bit of what is sampled
+    assert set(eight["sampler_per_layer"]) == set(MESHES)
+    for name, same in eight["sampler_per_layer"].items():
+        assert all(same.values()), (name, same)
     kv = eight["kv_cache"]
     assert kv["k_spec"][:2] == ["('data', 'fsdp')", "tp"]
     assert kv["k_shard"] == [8 // 4, 2 // 2, 8, 16] and kv["logit_max_diff"] < 1e-5

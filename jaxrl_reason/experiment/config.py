@@ -38,6 +38,17 @@ class ModelSection:
     max_position_embeddings: int = 512  # context length
     tie_word_embeddings: bool = True  # share embedding and output matrices
     remat: bool = False  # recompute each layer in the backward pass (less activation memory, ~1/3 more compute)
+    # the sampler's layer weights on an fsdp mesh: "gathered" (every layer whole on each device, gathered once per
+    # decode call) | "per_layer" (split over fsdp, one layer gathered at a time in each step: less memory, an
+    # all-gather of the weights per step); models.qwen2.ModelConfig.decode_weights
+    decode_weights: str = "gathered"
+
+    def __post_init__(self):
+        from jaxrl_reason.models.qwen2 import DECODE_WEIGHTS
+
+        if self.decode_weights not in DECODE_WEIGHTS:
+            raise ValueError(f"model.decode_weights={self.decode_weights!r} is not one of {DECODE_WEIGHTS}: "
+                             "'gathered' holds every decode layer whole, 'per_layer' gathers one at a time")
 
 
 @dataclasses.dataclass(frozen=True)

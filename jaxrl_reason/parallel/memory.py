@@ -181,13 +181,24 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     kv = 2 * layers * s_rows * (nkv // tp) * d * batch.sample_length * act_b + s_rows * batch.sample_length
     sampling_logits = 2 * 4 * s_rows * v // tp  # next-token logits and their log-softmax, float32
     if batch.sample_rows:
-        # The decode loop's layer weights, fused once per call in the compute dtype (`models.qwen2.decode_layers`):
-        # a whole copy on every device, split over tp only -- the TPU compiler kept 2.47 GiB of temporaries per
-        # device for Qwen2.5-Math-1.5B on fsdp=16 (3.26 on one device), where the logits alone are 0.01-0.18.
-        from jaxrl_reason.parallel.roofline import layer_matmul_params
-
-        sampling_logits += layers * layer_matmul_params(cfg) * act_b // tp
+        sampling_logits += decode_weight_bytes(cfg, sizes)
     return MemoryPlan(sizes, params, opt, grads, activations, kv, sampling_logits, reference)
+
+
+def decode_weight_bytes(cfg, mesh) -> int:
+    """Per-device bytes of the decode loop's compute-dtype layer weights (`models.qwen2.decode_layers`), by
+    `cfg.decode_weights`: "gathered" holds every layer whole, split over tp only -- the TPU compiler kept 2.47 GiB
+    of temporaries per device for Qwen2.5-Math-1.5B on fsdp=16 (3.26 on one device), where the logits alone are
+    0.01-0.18; "per_layer" holds the fused layers split over fsdp x tp, plus two layers whole over fsdp (each
+    step's gather of a layer is tied to the previous layer's input, so one is gathered while the other runs)."""
+    from jaxrl_reason.models.qwen2 import as_dtype
+    from jaxrl_reason.parallel.roofline import layer_matmul_params
+
+    sizes = _sizes(mesh)
+    layer = layer_matmul_params(cfg) * np.dtype(as_dtype(cfg.dtype)).itemsize // sizes["tp"]
+    if cfg.decode_weights == "per_layer" and sizes["fsdp"] > 1:
+        return cfg.num_hidden_layers * layer // sizes["fsdp"] + 2 * layer
+    return cfg.num_hidden_layers * layer
 
 
 def parse_mesh(text: str, num_devices: Optional[int] = None) -> dict:
