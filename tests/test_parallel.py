@@ -107,12 +107,14 @@ def test_memory_plan_matches_hand_count():
 
     assert m.sampling_logits == 2 * 4 * rows * v // 2 + L * layer_matmul_params(CFG) * 4 // 2
     assert more.sampling_logits - 2 * 4 * (8 // 4) * v // 2 == m.sampling_logits - 2 * 4 * rows * v // 2
-    # decode_weights="per_layer": the fused layers split over fsdp x tp, plus two layers whole over fsdp (the one
-    # running and the one being gathered); "gathered" (above) holds all of them whole.
+    # decode_weights="per_layer": the fused layers split over fsdp x tp, one layer and the LM head whole over fsdp
+    # (gathered inside the step); "gathered" (above) holds every layer whole.
     layer = layer_matmul_params(CFG) * 4 // 2
     per = memory.plan(CFG.replace(decode_weights="per_layer"), {"data": 1, "fsdp": 4, "tp": 2}, b)
-    assert per.sampling_logits == 2 * 4 * (8 // 4) * v // 2 + L * layer // 4 + 2 * layer
-    assert more.sampling_logits - per.sampling_logits == L * layer - L * layer // 4 - 2 * layer
+    assert per.sampling_logits == 2 * 4 * (8 // 4) * v // 2 + L * layer // 4 + layer + v * h * 4 // 2
+    deep = CFG.replace(num_hidden_layers=28)  # a 7B's depth: the per-layer gather holds far less
+    assert memory.decode_weight_bytes(deep.replace(decode_weights="per_layer"), {"fsdp": 16}) < \
+        memory.decode_weight_bytes(deep, {"fsdp": 16}) / 4
     # without an fsdp split there is nothing to gather per layer: the same bytes as "gathered"
     assert memory.plan(CFG.replace(decode_weights="per_layer"), {"data": 2, "fsdp": 1, "tp": 2}, b) == \
         memory.plan(CFG, {"data": 2, "fsdp": 1, "tp": 2}, b)

@@ -186,18 +186,22 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
 
 
 def decode_weight_bytes(cfg, mesh) -> int:
-    """Per-device bytes of the decode loop's compute-dtype layer weights (`models.qwen2.decode_layers`), by
-    `cfg.decode_weights`: "gathered" holds every layer whole, split over tp only -- the TPU compiler kept 2.47 GiB
-    of temporaries per device for Qwen2.5-Math-1.5B on fsdp=16 (3.26 on one device), where the logits alone are
-    0.01-0.18; "per_layer" holds the fused layers split over fsdp x tp, plus two layers whole over fsdp (each
-    step's gather of a layer is tied to the previous layer's input, so one is gathered while the other runs)."""
+    """Per-device bytes of the decode loop's compute-dtype weights (`models.qwen2.decode_layers`), by
+    `cfg.decode_weights`. "gathered": every layer whole, split over tp only -- the TPU compiler kept 2.47 GiB of
+    temporaries per device for Qwen2.5-Math-1.5B on fsdp=16 (3.26 on one device), 12.32 for Qwen2.5-7B on fsdp=16,
+    where the logits alone are 0.01-0.18. "per_layer" on an fsdp mesh: the fused layers split over fsdp x tp, one
+    layer whole, and the LM head whole (its gather then sits in the step too): for Qwen2.5-7B on v5e-16 the
+    compiler's decode temporaries grew 0.04 GB a layer (a layer split 16 ways is 0.03) from 1.25 GB at two layers
+    (the LM head is 1.09), against 0.46 GB a layer gathered (docs/results/tpu_compile.md)."""
     from jaxrl_reason.models.qwen2 import as_dtype
     from jaxrl_reason.parallel.roofline import layer_matmul_params
 
     sizes = _sizes(mesh)
-    layer = layer_matmul_params(cfg) * np.dtype(as_dtype(cfg.dtype)).itemsize // sizes["tp"]
+    act_b = np.dtype(as_dtype(cfg.dtype)).itemsize
+    layer = layer_matmul_params(cfg) * act_b // sizes["tp"]
     if cfg.decode_weights == "per_layer" and sizes["fsdp"] > 1:
-        return cfg.num_hidden_layers * layer // sizes["fsdp"] + 2 * layer
+        head = cfg.vocab_size * cfg.hidden_size * act_b // sizes["tp"]
+        return cfg.num_hidden_layers * layer // sizes["fsdp"] + layer + head
     return cfg.num_hidden_layers * layer
 
 
