@@ -175,6 +175,12 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     # head at the trained positions only (`scored`), at most that many of them.
     head_positions = min(rows * chunk, batch.scored) if batch.scored else rows * chunk
     logits = 3 * 4 * head_positions * v // tp
+    if sizes["fsdp"] > 1 and not cfg.tie_word_embeddings and not use_lora:
+        # An untied LM head split over fsdp on its input dim: in each micro-batch the TPU compiler forms its whole
+        # float32 weight gradient [H, V / tp] on every device and all-reduces it, a buffer of its own that lives
+        # through the backward pass over the layers (2.03 GiB for Qwen2.5-7B, the update's largest temporary at
+        # 2 and 4 layers on v5e-16; docs/results/tpu_compile.md). A tied embedding's gradient is formed split.
+        logits += 4 * h * v // tp
     activations = rows * t * per_token + logits
 
     s_rows = batch.sample_rows // shards if batch.sample_rows else 0
