@@ -160,6 +160,21 @@ def group_memory(res):
     res["memory"] = {f"{d},{f},1": compiled_bytes((d, f, 1), batch) for d, f in ((8, 1), (4, 2), (2, 4))}
 
 
+def _decode_barriers(model, state, mesh) -> int:
+    """Optimization barriers in one traced decode step of `model` on `mesh`."""
+    from jaxrl_reason.models.qwen2 import KVCache, decode_layers, decode_step
+
+    graphdef = nnx.graphdef(model)
+
+    def step(state):
+        m = nnx.merge(graphdef, state)
+        tok = jnp.zeros((8,), jnp.int32)
+        return decode_step(m, decode_layers(m), tok, tok, jnp.ones((8,), bool), KVCache.zeros(m.config, 8, 16))[0]
+
+    with jax.set_mesh(mesh):
+        return str(jax.make_jaxpr(step)(state)).count("optimization_barrier")
+
+
 def group_sampler(res):
     from jaxrl_reason.sampling.sampler import sample
 
@@ -186,6 +201,9 @@ def group_sampler(res):
         a, b = sample(model, prompts, key, state=sp, **kw1), sample(per_layer, prompts, key, state=sp, **kw1)
         res["sampler_per_layer"][name] = {f: getattr(a, f).tolist() == getattr(b, f).tolist()
                                           for f in ("tokens", "logprobs", "sampling_logprobs", "lengths")}
+        # ...and the per-layer gather is really there on an fsdp mesh (a barrier per layer), absent without fsdp
+        res["sampler_per_layer"][name]["barriers"] = _decode_barriers(per_layer, sp, make_mesh(shape))
+    res["sampler_per_layer"]["gathered_barriers"] = _decode_barriers(model, params, make_mesh((1, 4, 2)))
     # One decode step with the KV cache explicitly laid out by kv_cache_shardings (rows x kv heads).
     from jaxrl_reason.models.qwen2 import KVCache
 

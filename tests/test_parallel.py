@@ -255,9 +255,14 @@ def test_sampler_gives_the_same_greedy_tokens_on_every_mesh(eight):
         assert s[name]["tokens"] == s["reference"], name
         assert s[name]["logprob_max_diff"] < 1e-4
     # the per-layer gather of the decode's weights changes where they live, not one bit of what is sampled
-    assert set(eight["sampler_per_layer"]) == set(MESHES)
-    for name, same in eight["sampler_per_layer"].items():
+    per_layer = dict(eight["sampler_per_layer"])
+    assert per_layer.pop("gathered_barriers") == 0  # the default decode: the program before the knob
+    assert set(per_layer) == set(MESHES)
+    for name, same in per_layer.items():
+        barriers = same.pop("barriers")
         assert all(same.values()), (name, same)
+        # one barrier per layer where fsdp splits the weights (2 layers), none on a mesh without fsdp
+        assert barriers == (0 if name == "8,1,1" else 2), (name, barriers)
     kv = eight["kv_cache"]
     assert kv["k_spec"][:2] == ["('data', 'fsdp')", "tp"]
     assert kv["k_shard"] == [8 // 4, 2 // 2, 8, 16] and kv["logit_max_diff"] < 1e-5
