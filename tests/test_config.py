@@ -69,7 +69,8 @@ def test_a_misspelt_top_level_key_fails_too(tmp_path):
 def test_a_bad_decode_weights_value_names_the_knob_and_its_values(tmp_path):
     cfg = tiny_default()
     cfg.workdir, cfg.model.decode_weights = str(tmp_path / "run"), "per-layer"
-    with pytest.raises(ValueError, match=r"model\.decode_weights='per-layer' is not one of \('gathered', 'per_layer'\)"):
+    with pytest.raises(ValueError, match=r"model\.decode_weights='per-layer' is not one of "
+                                         r"\('gathered', 'per_layer'\)"):
         run(cfg)
     assert not os.path.exists(cfg.workdir)
 

@@ -38,9 +38,9 @@ class ModelSection:
     max_position_embeddings: int = 512  # context length
     tie_word_embeddings: bool = True  # share embedding and output matrices
     remat: bool = False  # recompute each layer in the backward pass (less activation memory, ~1/3 more compute)
-    # the sampler's layer weights on an fsdp mesh: "gathered" (every layer whole on each device, gathered once per
-    # decode call) | "per_layer" (split over fsdp, one layer gathered at a time in each step: less memory, an
-    # all-gather of the weights per step); models.qwen2.ModelConfig.decode_weights
+    # the sampler's layer weights on an fsdp mesh: "gathered" (the compiler's order: on TPU every layer gathered at
+    # once in each step, all whole together) | "per_layer" (one layer gathered after another: about one layer whole
+    # a chip, same tokens); models.qwen2.ModelConfig.decode_weights
     decode_weights: str = "gathered"
 
     def __post_init__(self):

@@ -100,11 +100,11 @@ class ModelConfig:
     # kernels once per decode call, "unmerged" computes x @ A @ B beside them at every token. Merged measured
     # faster (docs/results/lora.md). Not a checkpoint field.
     lora_decode: str = "merged"
-    # Where the sampler's decode loop keeps its compute-dtype layer weights (`decode_layers`) on an fsdp mesh:
-    # "gathered" gathers every layer once per decode call and holds them whole on every device (no collective in
-    # the step loop; a whole copy of the layers a device, which fsdp does not divide: 12.2 GiB for a 7B in bf16);
-    # "per_layer" keeps them split over fsdp and gathers one layer at a time inside each step (a layer's weights
-    # a device, for an all-gather of every layer per step). Same tokens either way. Not a checkpoint field.
+    # How the sampler's decode loop gathers its compute-dtype layer weights (`decode_layers`) on an fsdp mesh:
+    # "gathered" leaves it to the compiler, which (TPU) gathers every layer inside each step and, nothing ordering
+    # the gathers, holds all of them whole at once (12.3 GiB a chip for a 7B in bf16, which fsdp does not divide);
+    # "per_layer" orders them, each layer's gather after the previous layer's input, so about one layer is whole
+    # at a time. Both move every layer every step; same tokens either way. Not a checkpoint field.
     decode_weights: str = "gathered"
 
     def __post_init__(self):
@@ -124,7 +124,8 @@ class ModelConfig:
         if self.lora_decode not in ("merged", "unmerged"):
             raise ValueError(f"ModelConfig.lora_decode must be 'merged' or 'unmerged', got {self.lora_decode!r}")
         if self.decode_weights not in DECODE_WEIGHTS:
-            raise ValueError(f"ModelConfig.decode_weights must be one of {DECODE_WEIGHTS}, got {self.decode_weights!r}")
+            raise ValueError(f"ModelConfig.decode_weights must be one of {DECODE_WEIGHTS}, got "
+                             f"{self.decode_weights!r}")
         if self.scan_residuals not in ("matmuls", "all"):
             raise ValueError(f"ModelConfig.scan_residuals must be 'matmuls' or 'all', got {self.scan_residuals!r}")
         if self.remat and not self.scan_layers:
@@ -874,9 +875,9 @@ def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, 
     ready = x  # per_layer: the value whose arrival lets the next layer's gather start
     for w, k_cache, v_cache in zip(layers, cache.k, cache.v):
         if per_layer:
-            # Tied to a value of this step, the gather cannot be hoisted out of the decode loop (XLA moves a
-            # loop-invariant all-gather before the loop, holding every layer whole); tied to the previous layer's
-            # input, it overlaps that layer's compute, so at most two layers are whole at once.
+            # Tied to the previous layer's input, this layer's gather can neither leave the decode loop nor start
+            # with every other layer's at the top of the step (what the TPU compiler does unordered, holding all
+            # layers whole); it still overlaps the previous layer's compute.
             w, _ = jax.lax.optimization_barrier((w, ready))
             w = _decode_pin(w, keep_fsdp=False)
             ready = x
