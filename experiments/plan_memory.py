@@ -36,6 +36,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sample-length", type=int, default=0, help="prompt + new tokens while sampling")
     ap.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (0: full fine-tuning)")
     ap.add_argument("--lora-targets", default=LoraConfig.targets, help="comma-separated adapted projections")
+    ap.add_argument("--decode-weights", default="gathered", choices=("gathered", "per_layer"),
+                    help="the sampler's layer weights on an fsdp mesh: gathered (every layer whole a device) or "
+                    "per_layer (one layer gathered at a time)")
     ap.add_argument("--kl", action="store_true", help="a KL term reads a reference policy")
     ap.add_argument("--device-memory-gb", type=float, default=None, help="memory of one device, GiB")
     ap.add_argument("--headroom", type=float, default=0.1, help="fraction of device memory kept free")
@@ -44,7 +47,7 @@ def main(argv=None) -> int:
         print("\n".join(PRESETS))
         return 0
     try:
-        cfg = load_model_config(args.model, args.param_dtype, args.dtype)
+        cfg = load_model_config(args.model, args.param_dtype, args.dtype).replace(decode_weights=args.decode_weights)
     except ValueError as e:
         raise SystemExit(f"--{e}")
     if args.devices is None and "-1" in args.mesh:

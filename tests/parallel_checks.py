@@ -160,6 +160,21 @@ def group_memory(res):
     res["memory"] = {f"{d},{f},1": compiled_bytes((d, f, 1), batch) for d, f in ((8, 1), (4, 2), (2, 4))}
 
 
+def _decode_barriers(model, state, mesh) -> int:
+    """Optimization barriers in one traced decode step of `model` on `mesh`."""
+    from jaxrl_reason.models.qwen2 import KVCache, decode_layers, decode_step
+
+    graphdef = nnx.graphdef(model)
+
+    def step(state):
+        m = nnx.merge(graphdef, state)
+        tok = jnp.zeros((8,), jnp.int32)
+        return decode_step(m, decode_layers(m), tok, tok, jnp.ones((8,), bool), KVCache.zeros(m.config, 8, 16))[0]
+
+    with jax.set_mesh(mesh):
+        return str(jax.make_jaxpr(step)(state)).count("optimization_barrier")
+
+
 def group_sampler(res):
     from jaxrl_reason.sampling.sampler import sample
 
@@ -176,6 +191,19 @@ def group_sampler(res):
         out = sample(model, prompts, key, state=sp, **kw)
         res["sampler"][name] = {"tokens": out.tokens.tolist(),
                                 "logprob_max_diff": float(np.max(np.abs(out.logprobs - ref.logprobs)))}
+    # decode_weights="per_layer" (each layer's weights gathered inside the step, not all once per call): at
+    # temperature 1, so every draw reads the log-probs' bits, the same outputs as the gathered decode on each mesh.
+    per_layer = init_model(CFG.replace(decode_weights="per_layer"), seed=5)
+    kw1 = dict(max_new_tokens=10, temperature=1.0, num_samples=2)
+    res["sampler_per_layer"] = {}
+    for name, shape in MESHES.items():
+        sp = rules.shard_params(params, make_mesh(shape))
+        a, b = sample(model, prompts, key, state=sp, **kw1), sample(per_layer, prompts, key, state=sp, **kw1)
+        res["sampler_per_layer"][name] = {f: getattr(a, f).tolist() == getattr(b, f).tolist()
+                                          for f in ("tokens", "logprobs", "sampling_logprobs", "lengths")}
+        # ...and the per-layer gather is really there on an fsdp mesh (a barrier per layer), absent without fsdp
+        res["sampler_per_layer"][name]["barriers"] = _decode_barriers(per_layer, sp, make_mesh(shape))
+    res["sampler_per_layer"]["gathered_barriers"] = _decode_barriers(model, params, make_mesh((1, 4, 2)))
     # One decode step with the KV cache explicitly laid out by kv_cache_shardings (rows x kv heads).
     from jaxrl_reason.models.qwen2 import KVCache
 

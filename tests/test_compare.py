@@ -254,6 +254,10 @@ def test_compare_end_to_end(compared):
     assert set(summary["paired"]) == {"b", "c"} and summary["paired"]["b"]["pass@1"]["questions"] == 8
     for name in ("summary.json", "summary.md", "curves.png"):
         assert (out / name).stat().st_size > 0
+    # a cached evaluation keeps its samples, and the budget table is recomputed from them under the current rule
+    cached = [json.loads(p.read_text()) for p in (out / "evals").iterdir()]
+    assert all(len(e["samples"]) == 8 for e in cached)
+    assert again["budgets"]["table"] == summary["budgets"]["table"] and "5%" in cached[0]["budgets"]["rule"]
     # a killed compare (here: one cell's final checkpoint removed) reruns that cell only
     import shutil
 

@@ -104,6 +104,9 @@ def test_a_mesh_that_does_not_divide_the_topology_names_the_field_and_the_sizes(
     with pytest.raises(cc.CompileCheckError, match=r"parallel\.mesh_shape.*num_key_value_heads=2"):
         cc.run_check(_rc("--config.parallel.mesh_shape.fsdp=1", "--config.parallel.mesh_shape.tp=4"), "v5e:2x2",
                      log=lambda s: None)
+    # a proxy depth of no layers is refused before compiling, naming the flag
+    with pytest.raises(cc.CompileCheckError, match=r"--layers=0"):
+        cc.run_check(_rc(), "v5e:2x2", layers=0, log=lambda s: None)
 
 
 @needs_libtpu

@@ -66,6 +66,15 @@ def test_a_misspelt_top_level_key_fails_too(tmp_path):
         run(cfg)
 
 
+def test_a_bad_decode_weights_value_names_the_knob_and_its_values(tmp_path):
+    cfg = tiny_default()
+    cfg.workdir, cfg.model.decode_weights = str(tmp_path / "run"), "per-layer"
+    with pytest.raises(ValueError, match=r"model\.decode_weights='per-layer' is not one of "
+                                         r"\('gathered', 'per_layer'\)"):
+        run(cfg)
+    assert not os.path.exists(cfg.workdir)
+
+
 def test_make_method_checks_extra_and_estimator_kwargs_separately():
     """make_method no longer splats both into one constructor call unchecked (a typo there used to surface as a
     TypeError from the estimator at the first advantage computation, after the SFT warm-up)."""

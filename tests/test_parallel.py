@@ -107,6 +107,17 @@ def test_memory_plan_matches_hand_count():
 
     assert m.sampling_logits == 2 * 4 * rows * v // 2 + L * layer_matmul_params(CFG) * 4 // 2
     assert more.sampling_logits - 2 * 4 * (8 // 4) * v // 2 == m.sampling_logits - 2 * 4 * rows * v // 2
+    # decode_weights="per_layer": the fused layers split over fsdp x tp, one layer and the LM head whole over fsdp
+    # (gathered inside the step); "gathered" (above) holds every layer whole.
+    layer = layer_matmul_params(CFG) * 4 // 2
+    per = memory.plan(CFG.replace(decode_weights="per_layer"), {"data": 1, "fsdp": 4, "tp": 2}, b)
+    assert per.sampling_logits == 2 * 4 * (8 // 4) * v // 2 + L * layer // 4 + layer + v * h * 4 // 2
+    deep = CFG.replace(num_hidden_layers=28)  # a 7B's depth: the per-layer gather holds far less
+    assert memory.decode_weight_bytes(deep.replace(decode_weights="per_layer"), {"fsdp": 16}) < \
+        memory.decode_weight_bytes(deep, {"fsdp": 16}) / 4
+    # without an fsdp split there is nothing to gather per layer: the same bytes as "gathered"
+    assert memory.plan(CFG.replace(decode_weights="per_layer"), {"data": 2, "fsdp": 1, "tp": 2}, b) == \
+        memory.plan(CFG, {"data": 2, "fsdp": 1, "tp": 2}, b)
     # The LM head at `scored` positions only: the update's float32 logits shrink by 3 x 4 x vocab per position.
     scored = memory.plan(CFG, {"data": 1, "fsdp": 1, "tp": 1}, b._replace(scored=40))
     assert one.activations - scored.activations == 3 * 4 * (8 * 16 - 40) * v
@@ -243,6 +254,15 @@ def test_sampler_gives_the_same_greedy_tokens_on_every_mesh(eight):
     for name in MESHES:
         assert s[name]["tokens"] == s["reference"], name
         assert s[name]["logprob_max_diff"] < 1e-4
+    # the per-layer gather of the decode's weights changes where they live, not one bit of what is sampled
+    per_layer = dict(eight["sampler_per_layer"])
+    assert per_layer.pop("gathered_barriers") == 0  # the default decode: the program before the knob
+    assert set(per_layer) == set(MESHES)
+    for name, same in per_layer.items():
+        barriers = same.pop("barriers")
+        assert all(same.values()), (name, same)
+        # one barrier per layer where fsdp splits the weights (2 layers), none on a mesh without fsdp
+        assert barriers == (0 if name == "8,1,1" else 2), (name, barriers)
     kv = eight["kv_cache"]
     assert kv["k_spec"][:2] == ["('data', 'fsdp')", "tp"]
     assert kv["k_shard"] == [8 // 4, 2 // 2, 8, 16] and kv["logit_max_diff"] < 1e-5

@@ -111,6 +111,15 @@ def test_rlv_build_adds_balanced_verify_rows(tokenizer):
     targets = np.asarray(batch.tokens)[v][np.asarray(batch.loss_mask)[v] > 0]
     assert sorted(targets.tolist()) == sorted([yes] * (n_verify // 2) + [no] * (n_verify // 2))
 
+    # lambda = 0 (a sweep's baseline): the same verifier is measured on the same rows, and no verify row is trained
+    off, off_metrics = RLV("rloo", verify_weight=0.0).build(ro, ctx._replace(rng=np.random.default_rng(0)))
+    assert (np.asarray(off.task_id) == TASKS["solve"]).all() and np.asarray(off.task_id).shape[0] == rewards.size
+    assert "verify/rows" not in off_metrics
+    for k in ("acc_positive", "acc_negative", "balanced_acc"):
+        assert off_metrics[f"verify/{k}"] == metrics[f"verify/{k}"]
+    _, quiet = RLV("rloo", verify_weight=0.0, measure_verifier=False).build(ro, ctx)
+    assert not any(k.startswith("verify/") for k in quiet)
+
 
 @pytest.mark.slow  # 74 s a call on 2 shared cores (2026-12-07)
 def test_rlv_trains_inside_the_trainer(tokenizer, tmp_path):

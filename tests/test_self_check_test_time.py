@@ -179,7 +179,7 @@ def test_matched_budgets_take_the_costliest_setting_within_each_budget():
                                              scores={"self": np.tile(np.linspace(0.2, 0.8, 4), (3, 1))},
                                              num_subsets=50, seed=3),
                "refinement": {"rows": [{"round": 0, "acc": 0.0, "tokens": 10.0}, {"round": 1, "acc": 1 / 3,
-                                                                                 "tokens": 25.0},
+                                                                                 "tokens": 20.5},
                                        {"round": 2, "acc": 2 / 3, "tokens": 38.0}],
                               "per_example": {"correct": [[0, 0, 0], [0, 1, 0], [1, 1, 0]]}},
                "correction": {"rows": [{"round": 0, "acc": 1 / 3, "tokens": 12.0},
@@ -189,10 +189,18 @@ def test_matched_budgets_take_the_costliest_setting_within_each_budget():
     t = b["table"]
     assert b["multiples"] == [1, 2, 4, 8] and b["unit_tokens"] == 10.0 and "pass@k" not in t
     assert [c["point"] for c in t["maj@k"]] == ["k=1", "k=2", "k=4", "k=4"]
-    assert [c["point"] for c in t["self-refinement"]] == ["round=0", "round=0", "round=2", "round=2"]
+    # round 0 is one plain sample, not the strategy: refinement starts at round 1 (20.5 tokens: within 2x + 5%)
+    assert [c["point"] for c in t["self-refinement"]] == [None, "round=1", "round=2", "round=2"]
     assert [c["point"] for c in t["self-correction"]] == [None, "round=1", "round=1", "round=1"]
     assert t["self-correction"][0]["acc"] is None and "1" not in b["per_question"]["self-correction"]
+    # the correction's greedy round-0 attempt is its own strategy (12 tokens: over 1x + 5%, within 2x)
+    assert [c["point"] for c in t["greedy"]] == [None, "k=1", "k=1", "k=1"]
+    assert b["per_question"]["greedy"]["2"] == [1.0, 0.0, 0.0]
     assert b["per_question"]["self-refinement"]["4"] == [1.0, 1.0, 0.0]
+    strict = sc.matched_budgets(results, slack=0.0)["table"]["self-refinement"]
+    assert [c["point"] for c in strict] == [None, None, "round=2", "round=2"]  # 20.5 tokens > a 2x budget of 20
+    with pytest.raises(ValueError, match="slack must lie in"):
+        sc.matched_budgets(results, slack=1.5)
     # a vote's per-question values average to the pool's own number at that k
     for name, key in (("maj@k", "majority"), ("BoN@k (self)", "best_of_n"), ("weighted@k (self)", "weighted")):
         for j, m in enumerate((1, 2, 4)):
@@ -265,6 +273,32 @@ def test_compare_reports_strategies_at_matched_budgets_and_their_paired_differen
 
     strategy_budget_curves(b["table"], path=tmp_path / "s.png")
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+
+def test_compare_pairs_each_arms_best_strategy_at_each_budget_against_the_baselines_best():
+    def cell(maj, wtd):  # per-question values at budgets 1x and 2x for two strategies
+        table = {name: [{"multiple": m, "acc": float(np.mean(v[i])), "tokens": 5.0 * m, "point": "-"}
+                        for i, m in enumerate((1, 2)) if v[i] is not None] for name, v in (("maj", maj), ("wtd", wtd))}
+        pq = {name: {str(m): v[i] for i, m in enumerate((1, 2)) if v[i] is not None}
+              for name, v in (("maj", maj), ("wtd", wtd))}
+        return {"before": 0.1, "after": 0.2, "curve": {"x": [0, 10], "y": [0.1, 0.2], "total_tokens": 10},
+                "budgets": {"multiples": [1, 2], "table": table, "per_question": pq}}
+
+    # g: maj is its best at both budgets; u: maj at 1x, wtd at 2x (wtd does not fit 1x for u)
+    cells = {("g", 0): cell([[1, 0, 0, 0], [1, 1, 0, 0]], [[0, 0, 0, 0], [1, 0, 0, 0]]),
+             ("g", 1): cell([[1, 1, 0, 0], [1, 1, 0, 0]], [[1, 0, 0, 0], [0, 0, 0, 0]]),
+             ("u", 0): cell([[1, 0, 0, 0], [1, 0, 0, 0]], [None, [1, 1, 1, 1]]),
+             ("u", 1): cell([[0, 0, 0, 0], [1, 0, 0, 0]], [None, [1, 1, 1, 0]])}
+    b = cmp.summarize(cells, ["g", "u"], [0, 1], "g", draws=50)["budgets"]
+    assert [p["strategy"] for p in b["best"]["g"]] == ["maj", "maj"]
+    assert [p["strategy"] for p in b["best"]["u"]] == ["maj", "wtd"] and b["best"]["u"][1]["seeds"] == [1.0, 0.75]
+    d = b["paired_best"]["u"]
+    assert [x["diff"] for x in d["1"]["per_seed"]] == pytest.approx([0.0, -0.5])  # u's maj minus g's maj
+    assert [x["diff"] for x in d["2"]["per_seed"]] == pytest.approx([0.5, 0.25])  # u's wtd minus g's maj
+    md = cmp.markdown_report(cmp.summarize(cells, ["g", "u"], [0, 1], "g", draws=50))
+    assert "| u | maj: **0.125** (0.250 / 0.000) | wtd: **0.875** (1.000 / 0.750) |" in md
+    assert "### Best against best" in md and "| u | 2x | 0.500 [" in md
 
 
 # ------------------------------------------------------------------------------------------- as a conversation

@@ -31,6 +31,8 @@ def main(argv=None) -> int:
                     "GPUs, e.g. h100:8 (needs jax-cuda12-plugin, not a GPU)")
     ap.add_argument("--hbm-gb", type=float, default=None, help="HBM GiB per chip (default: the chip table's)")
     ap.add_argument("--only", default="", help="comma list of executables to compile (e.g. update,decode)")
+    ap.add_argument("--layers", type=int, default=None, help="compile a proxy with this many decoder layers "
+                    "(the model's other shapes kept): minutes instead of many for a 7B")
     ap.add_argument("--out", default="runs/compile_tpu", help="directory for compile_tpu.json and compile_tpu.md")
     args, overrides = ap.parse_known_args(argv)
     from jaxrl_reason.configs import load_config_file
@@ -40,7 +42,7 @@ def main(argv=None) -> int:
     try:
         rc = read_run_config(load_config_file(args.config, overrides))
         res = run_check(rc, args.topology, hbm_gb=args.hbm_gb, config_name=os.path.basename(args.config),
-                        only={x.strip() for x in args.only.split(",") if x.strip()} or None)
+                        only={x.strip() for x in args.only.split(",") if x.strip()} or None, layers=args.layers)
     except CompileCheckError as e:
         print(f"compile_tpu: {e}", file=sys.stderr)
         return 2

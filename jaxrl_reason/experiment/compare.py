@@ -24,6 +24,7 @@ import numpy as np
 
 from jaxrl_reason.experiment.config import read_run_config, run_config_dict
 from jaxrl_reason.experiment.evaluation import EvalSpec, evaluate_run
+from jaxrl_reason.inference.self_check import matched_budgets
 
 __all__ = ["Arm", "apply_overrides", "compare", "expand_grid", "markdown_report", "paired_differences",
            "warmup_key"]
@@ -367,8 +368,7 @@ def evaluate_cell(cfg, spec: EvalSpec, cache_dir: str, evaluate: Callable = eval
     task = build_data(rc.data, rc.setup_seed)
     res = evaluate(load_pretrained(final), Tokenizer.from_pretrained(final), load_examples(heldout), spec,
                    reward_fn=task.reward_fn, prompt_fn=task.prompt_fn, answer_instruction=answer_instruction)
-    res["per_question"] = per_question(res)
-    res.pop("samples", None)
+    res["per_question"] = per_question(res)  # the samples stay: a budget table is recomputed from them (`compare`)
     os.makedirs(cache_dir, exist_ok=True)
     json.dump(res, open(path + ".tmp", "w"))
     os.replace(path + ".tmp", path)
@@ -459,8 +459,9 @@ def compare(base_config, arms: Sequence, seeds: Sequence[int], spec: Optional[Ev
             cell["eval"].update(strategy_scalars(e))
             cell["per_question"] = e["per_question"]
             cell["n"] = n
-            if "budgets" in e:
-                cell["budgets"] = e["budgets"]
+            if "budgets" in e:  # the current rule's table, also for a cached evaluation (it kept its samples)
+                cell["budgets"] = (matched_budgets(e, e["budgets"]["multiples"]) if "samples" in e
+                                   else e["budgets"])
         results[name, seed] = cell
     summary = summarize(results, [a.name for a in arms], [int(s) for s in seeds], baseline, draws=draws)
     summary.update(warmups=warmups, arms={a.name: list(a.overrides) for a in arms},
@@ -577,11 +578,45 @@ def strategy_budgets(cells: Mapping, arms: Sequence[str], seeds: Sequence[int], 
                 if any(v is None for v in values[0] + values[1]):
                     continue
                 paired[arm].setdefault(name, {})[str(m)] = paired_differences(values[0], values[1], draws=draws)
-    return {"multiples": multiples, "strategies": names, "table": table, "paired": paired}
+    best = best_strategies(table, multiples)
+    paired_best = {}
+    for arm in arms:
+        if arm == baseline or baseline not in best or arm not in best:
+            continue
+        for base_pick, pick in zip(best[baseline], best[arm]):
+            if base_pick["strategy"] is None or pick["strategy"] is None:
+                continue
+            m = str(pick["multiple"])
+            values = [[cells[who, s].get("budgets", {}).get("per_question", {}).get(p["strategy"], {}).get(m)
+                       for s in seeds] for who, p in ((baseline, base_pick), (arm, pick))]
+            if not any(v is None for v in values[0] + values[1]):
+                paired_best.setdefault(arm, {})[m] = paired_differences(values[0], values[1], draws=draws)
+    return {"multiples": multiples, "strategies": names, "table": table, "paired": paired, "best": best,
+            "paired_best": paired_best}
+
+
+def best_strategies(table: Mapping, multiples: Sequence) -> dict:
+    """Per arm and budget, the strategy with the highest median accuracy over seeds (the first listed on a tie;
+    None where no strategy fits the budget). The pick is made on the questions it is then scored on, for every
+    arm alike: an arm with more strategies gets more picks (a union's headroom is partly that)."""
+    out = {}
+    for arm, rows in table.items():
+        picks = []
+        for i, m in enumerate(multiples):
+            scored = [(name, pts[i]) for name, pts in rows.items() if pts[i]["acc"] is not None]
+            name, pt = max(scored, key=lambda x: x[1]["acc"]) if scored else (None, None)
+            picks.append({"multiple": m, "strategy": name, "acc": None if pt is None else pt["acc"],
+                          "seeds": None if pt is None else pt["seeds"]})
+        out[arm] = picks
+    return out
 
 
 def _fmt(v, digits=3):
     return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _interval(x: dict) -> str:
+    return f"{_fmt(x['diff'])} [{_fmt(x['95'][0])}, {_fmt(x['95'][1])}]"
 
 
 def curve_tables(summary: dict) -> list:
@@ -619,6 +654,25 @@ def budget_tables(summary: dict) -> list:
             lines.append(f"| {name} | " + " | ".join(
                 "-" if p["acc"] is None else f"**{_fmt(p['acc'])}** ({' / '.join(_fmt(v) for v in p['seeds'])})"
                 for p in pts) + " |")
+        lines.append("")
+    if b.get("best"):
+        lines += ["### Each arm's best strategy at each budget", "",
+                  "The strategy with the highest median accuracy at that budget (picked on the same questions), its "
+                  "median (each seed).", "", "| arm | " + " | ".join(f"{m}x" for m in ms) + " |",
+                  "|---|" + "---|" * len(ms)]
+        for arm, picks in b["best"].items():
+            lines.append(f"| {arm} | " + " | ".join(
+                "-" if p["strategy"] is None else
+                f"{p['strategy']}: **{_fmt(p['acc'])}** ({' / '.join(_fmt(v) for v in p['seeds'])})" for p in picks)
+                + " |")
+        lines.append("")
+    if b.get("paired_best"):
+        lines += [f"### Best against best: each arm's best strategy minus {summary['baseline']}'s, paired by seed", "",
+                  "| arm | budget | per seed | pooled |", "|---|---|---|---|"]
+        for arm, by_m in b["paired_best"].items():
+            for m, d in by_m.items():
+                lines.append(f"| {arm} | {m}x | {' / '.join(_interval(x) for x in d['per_seed'])} | "
+                             f"{_interval(d['pooled'])} |")
         lines.append("")
     if any(b["paired"].values()):
         lines += [f"### Against {summary['baseline']} at matched budgets (arm minus baseline, paired by seed)", "",

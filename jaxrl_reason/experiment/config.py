@@ -38,6 +38,17 @@ class ModelSection:
     max_position_embeddings: int = 512  # context length
     tie_word_embeddings: bool = True  # share embedding and output matrices
     remat: bool = False  # recompute each layer in the backward pass (less activation memory, ~1/3 more compute)
+    # the sampler's layer weights on an fsdp mesh: "gathered" (the compiler's order: on TPU every layer gathered at
+    # once in each step, all whole together) | "per_layer" (one layer gathered after another: about one layer whole
+    # a chip, same tokens); models.qwen2.ModelConfig.decode_weights
+    decode_weights: str = "gathered"
+
+    def __post_init__(self):
+        from jaxrl_reason.models.qwen2 import DECODE_WEIGHTS
+
+        if self.decode_weights not in DECODE_WEIGHTS:
+            raise ValueError(f"model.decode_weights={self.decode_weights!r} is not one of {DECODE_WEIGHTS}: "
+                             "'gathered' holds every decode layer whole, 'per_layer' gathers one at a time")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,6 +48,8 @@ def with_runtime_flags(model, m: ModelSection):
     """Config knobs that change how the model runs, not what it computes (not stored in checkpoints)."""
     if m.remat:
         model.config = dataclasses.replace(model.config, remat=True)
+    if m.decode_weights != model.config.decode_weights:
+        model.config = dataclasses.replace(model.config, decode_weights=m.decode_weights)
     return model
 
 
@@ -84,7 +86,7 @@ def scratch_model_config(m: ModelSection, vocab_size: int):
                        num_hidden_layers=m.num_hidden_layers, num_attention_heads=m.num_attention_heads,
                        num_key_value_heads=m.num_key_value_heads, max_position_embeddings=m.max_position_embeddings,
                        tie_word_embeddings=m.tie_word_embeddings, rope_theta=10000.0, param_dtype=m.dtype,
-                       dtype=m.compute_dtype or m.dtype, remat=m.remat)
+                       dtype=m.compute_dtype or m.dtype, remat=m.remat, decode_weights=m.decode_weights)
 
 
 def build_model(rc: RunConfig, tokenizer, mesh=None):

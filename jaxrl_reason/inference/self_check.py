@@ -37,6 +37,10 @@ from jaxrl_reason.rl.scoring import token_logprobs_at_end
 COMBINED_REVISE = ("refine", "correct")
 COMBINED_SCORES = ("verify", "critique")
 BUDGET_MULTIPLES = (1, 2, 4, 8)
+# A setting fits a budget up to this fraction over it [choice]: a budget's unit is one pool sample's mean length,
+# and a round that writes one more solution costs another sample of a slightly different mean (46.004 tokens
+# against a 2x budget of 45.997 on the testbed): exact equality would drop it for a rounding-sized difference.
+BUDGET_SLACK = 0.05
 # Labels of the pool strategies the critique score adds (test_time.STRATEGY_LABELS holds the verifier's).
 CRITIQUE_LABELS = {"best_of_n_critique": "BoN@k (critique)", "weighted_critique": "weighted@k (critique)"}
 
@@ -308,16 +312,23 @@ def strategy_points(results: dict) -> dict:
             {"point": f"k={k}", "tokens": k * unit, "acc": results["strategies"][name]["mean"][j],
              "values": (lambda name=name, k=k: _vote_per_question(results, name, k))}
             for j, k in enumerate(results["ks"])]
+    # Round 0 of refinement and correction is one plain sample (the pool's k=1 stands for it): a round strategy's
+    # settings start at its first round, so that a single sample's noise is not scored as the strategy.
     if "refinement" in results:
         per = results["refinement"]["per_example"]["correct"]
         pts["self-refinement"] = [{"point": f"round={r['round']}", "tokens": r["tokens"], "acc": r["acc"],
                                    "values": (lambda t=r["round"], per=per: [float(v) for v in per[t]])}
-                                  for r in results["refinement"]["rows"]]
+                                  for r in results["refinement"]["rows"] if r["round"] > 0]
     if "correction" in results:
         per = results["correction"]["correct"]
+        # Its round 0 is the one greedy attempt per question (an evaluation's correction runs greedy): a strategy
+        # of its own at one sample's tokens.
+        pts["greedy"] = [{"point": "k=1", "tokens": r["tokens"], "acc": r["acc"],
+                          "values": (lambda per=per: [float(v) for v in per[0]])}
+                         for r in results["correction"]["rows"] if r["round"] == 0]
         pts["self-correction"] = [{"point": f"round={r['round']}", "tokens": r["tokens"], "acc": r["acc"],
                                    "values": (lambda t=r["round"], per=per: [float(v) for v in per[t]])}
-                                  for r in results["correction"]["rows"]]
+                                  for r in results["correction"]["rows"] if r["round"] > 0]
     if "combined" in results:
         pts[combined_label(results["combined"]["config"])] = [
             {"point": f"k={r['k']}", "tokens": r["tokens"], "acc": r["acc"],
@@ -331,18 +342,21 @@ def combined_label(config: dict) -> str:
     return f"combined ({config['score']}, {config['revise']} {pick})"
 
 
-def matched_budgets(results: dict, multiples: Sequence[int] = BUDGET_MULTIPLES) -> dict:
+def matched_budgets(results: dict, multiples: Sequence[int] = BUDGET_MULTIPLES, *,
+                    slack: float = BUDGET_SLACK) -> dict:
     """Each strategy at budgets B = m x (mean generated tokens of one pool sample), m in `multiples`: its setting
-    with the most mean generated tokens per question that stays <= B (a relative 1e-9 slack for float rounding);
-    none fits: acc None. -> {"unit_tokens", "multiples", "rule", "table": {strategy: [{"multiple", "budget",
+    with the most mean generated tokens per question that stays <= B x (1 + slack) (`BUDGET_SLACK`); none fits:
+    acc None. -> {"unit_tokens", "multiples", "rule", "slack", "table": {strategy: [{"multiple", "budget",
     "point", "tokens", "acc"}]}, "per_question": {strategy: {str(multiple): [values]}}}."""
+    if not 0 <= slack < 1:
+        raise ValueError(f"matched_budgets: slack must lie in [0, 1), got {slack}")
     unit = float(results["mean_completion_tokens"])
     table, per_q = {}, {}
     for name, pts in strategy_points(results).items():
         table[name], per_q[name] = [], {}
         for m in multiples:
             budget = m * unit
-            fit = [p for p in pts if p["tokens"] <= budget * (1 + 1e-9)]
+            fit = [p for p in pts if p["tokens"] <= budget * (1 + slack) * (1 + 1e-9)]
             if not fit or unit <= 0:
                 table[name].append({"multiple": int(m), "budget": budget, "point": None, "tokens": None, "acc": None})
                 continue
@@ -352,5 +366,6 @@ def matched_budgets(results: dict, multiples: Sequence[int] = BUDGET_MULTIPLES) 
                                 "tokens": float(best["tokens"]), "acc": float(np.mean(values))})
             per_q[name][str(int(m))] = values
     return {"unit_tokens": unit, "multiples": [int(m) for m in multiples],
-            "rule": "the setting (k, round) with the most mean generated tokens per question <= the budget",
+            "rule": f"the setting (k, round >= 1) with the most mean generated tokens per question <= the budget "
+                    f"+ {slack:.0%}", "slack": slack,
             "table": table, "per_question": per_q}

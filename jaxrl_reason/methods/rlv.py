@@ -94,7 +94,8 @@ class RLV(GRPO):
                  measure_verifier: bool = True, **estimator_kwargs):
         """verify_weight: lambda; balance: "subsample" | "per_question" | "none" (see `balanced_indices`);
         max_verify_rows: cap per step (0 = none); measure_verifier: score the verify prompts before the update to
-        log accuracy on positives/negatives."""
+        log accuracy on positives/negatives (also at verify_weight 0, where no verify row is trained: the lambda = 0
+        baseline of a sweep)."""
         super().__init__(estimator, loss, **estimator_kwargs)
         if verify_weight < 0:
             raise ValueError(f"rlv verify_weight (lambda) must be >= 0, got {verify_weight}")
@@ -108,15 +109,16 @@ class RLV(GRPO):
 
     def build(self, rollouts: Rollouts, ctx: Context) -> tuple[TokenBatch, dict]:
         solve, metrics = super().build(rollouts, ctx)
-        if not self.verify_weight:  # the part is off: no rows, no verifier measurement
-            return solve, metrics
+        if not self.verify_weight and not (self.measure_verifier and ctx.model is not None):
+            return solve, metrics  # the part is off and nothing is measured: no rows
         ctx = self.part_context(ctx, "verify")
         g = rollouts.group_size
         labels = rollouts.rewards.reshape(-1) > 0.5
         idx = balanced_indices(labels, ctx.rng, balance=self.balance, max_rows=self.max_verify_rows,
                                groups=np.arange(len(labels)) // g)
-        metrics["verify/rows"] = len(idx)
-        metrics["verify/positive_frac"] = float(labels[idx].mean()) if len(idx) else 0.0
+        if self.verify_weight:
+            metrics["verify/rows"] = len(idx)
+            metrics["verify/positive_frac"] = float(labels[idx].mean()) if len(idx) else 0.0
         if len(idx) == 0:
             return solve, metrics
         questions = [rollouts.examples[i // g].question for i in idx]
@@ -130,5 +132,7 @@ class RLV(GRPO):
             acc = verifier_accuracy(ctx.model, ctx.tokenizer, questions, solutions, labels[idx], params=ctx.params,
                                     check_tokens=max(map(len, targets)) - 1)
             metrics.update({f"verify/{k}": acc[k] for k in ("acc_positive", "acc_negative", "balanced_acc")})
+        if not self.verify_weight:  # lambda = 0: the verifier is measured (the sweep's baseline), not trained
+            return solve, metrics
         verify = build_token_batch(rows.prompts, targets, [0.0] * len(idx), None, "verify", pad_id=ctx.pad_id)
         return join_rows([solve, verify]), metrics

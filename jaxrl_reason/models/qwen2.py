@@ -30,6 +30,8 @@ from jax.ad_checkpoint import checkpoint_name
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
+DECODE_WEIGHTS = ("gathered", "per_layer")  # ModelConfig.decode_weights
+
 # The mesh axes that split batch rows (`parallel.mesh.BATCH_AXES`; restated, since models sit below parallel).
 _ROW_AXES = ("data", "fsdp")
 
@@ -98,6 +100,12 @@ class ModelConfig:
     # kernels once per decode call, "unmerged" computes x @ A @ B beside them at every token. Merged measured
     # faster (docs/results/lora.md). Not a checkpoint field.
     lora_decode: str = "merged"
+    # How the sampler's decode loop gathers its compute-dtype layer weights (`decode_layers`) on an fsdp mesh:
+    # "gathered" leaves it to the compiler, which (TPU) gathers every layer inside each step and, nothing ordering
+    # the gathers, holds all of them whole at once (12.3 GiB a chip for a 7B in bf16, which fsdp does not divide);
+    # "per_layer" orders them, each layer's gather after the previous layer's input, so about one layer is whole
+    # at a time. Both move every layer every step; same tokens either way. Not a checkpoint field.
+    decode_weights: str = "gathered"
 
     def __post_init__(self):
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -115,6 +123,9 @@ class ModelConfig:
         as_dtype(self.param_dtype), as_dtype(self.dtype)
         if self.lora_decode not in ("merged", "unmerged"):
             raise ValueError(f"ModelConfig.lora_decode must be 'merged' or 'unmerged', got {self.lora_decode!r}")
+        if self.decode_weights not in DECODE_WEIGHTS:
+            raise ValueError(f"ModelConfig.decode_weights must be one of {DECODE_WEIGHTS}, got "
+                             f"{self.decode_weights!r}")
         if self.scan_residuals not in ("matmuls", "all"):
             raise ValueError(f"ModelConfig.scan_residuals must be 'matmuls' or 'all', got {self.scan_residuals!r}")
         if self.remat and not self.scan_layers:
@@ -754,9 +765,42 @@ class DecodeLayer(NamedTuple):
     adapters: Optional[dict] = None
 
 
+# The fused decode weights' split over the mesh: the stacked kernels' layout (parallel/rules.py: the model input
+# dim over fsdp, heads and the MLP width over tp), restated for the fused shapes since models sit below parallel.
+_DECODE_WEIGHT_AXES = {"qkv": ("fsdp", "tp", None, None), "o": ("tp", "fsdp"), "gate_up": ("fsdp", None, "tp"),
+                       "down": ("tp", "fsdp")}
+
+
+def _decode_pin(layer: "DecodeLayer", keep_fsdp: bool) -> "DecodeLayer":
+    """The layer's big weights pinned to the mesh the caller traces under: split over fsdp (keep_fsdp) or whole
+    over fsdp, split over tp either way."""
+    mesh = jax.sharding.get_abstract_mesh()
+    pinned = {}
+    for name, axes in _DECODE_WEIGHT_AXES.items():
+        spec = [a if a in mesh.axis_names and (keep_fsdp or a != "fsdp") else None for a in axes]
+        pinned[name] = jax.lax.with_sharding_constraint(getattr(layer, name), jax.sharding.PartitionSpec(*spec))
+    return layer._replace(**pinned)
+
+
+def gathers_per_layer(cfg: ModelConfig) -> bool:
+    """True when `decode_step` gathers each layer's weights inside the step (`ModelConfig.decode_weights` =
+    "per_layer" traced under a mesh whose fsdp axis splits them); False: `decode_layers` holds them whole."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return (cfg.decode_weights == "per_layer" and not mesh.empty and "fsdp" in mesh.axis_names
+            and mesh.shape["fsdp"] > 1)
+
+
 def decode_layers(model: Qwen2) -> tuple:
     """Per-layer `DecodeLayer`s sliced from the stacked parameters. Call it once per decode call, outside the
-    step loop: slicing stacked weights inside the loop would copy them every step."""
+    step loop: slicing stacked weights inside the loop would copy them every step. Under
+    `decode_weights="per_layer"` on an fsdp mesh they stay split over fsdp (`decode_step` gathers each in turn)."""
+    out = _decode_layers(model)
+    if gathers_per_layer(model.config):
+        out = tuple(_decode_pin(w, keep_fsdp=True) for w in out)
+    return out
+
+
+def _decode_layers(model: Qwen2) -> tuple:
     cfg = model.config
     dt = as_dtype(cfg.dtype)
     h, d, nkv = cfg.hidden_size, cfg.dim_per_head, cfg.num_key_value_heads
@@ -827,7 +871,16 @@ def decode_step(model: Qwen2, layers: Sequence[DecodeLayer], tokens: jax.Array, 
     rope = rope_tables(positions[:, None], rope_inv_freq(cfg))  # once per step, shared by every layer
     x = model.embed_tokens(tokens)  # [B, H]
     ks, vs = [], []
+    per_layer = gathers_per_layer(cfg)
+    ready = x  # per_layer: the value whose arrival lets the next layer's gather start
     for w, k_cache, v_cache in zip(layers, cache.k, cache.v):
+        if per_layer:
+            # Tied to the previous layer's input, this layer's gather can neither leave the decode loop nor start
+            # with every other layer's at the top of the step (what the TPU compiler does unordered, holding all
+            # layers whole); it still overlaps the previous layer's compute.
+            w, _ = jax.lax.optimization_barrier((w, ready))
+            w = _decode_pin(w, keep_fsdp=False)
+            ready = x
         xn = rms_norm(x, w.input_norm, eps, dt)
         qkv = jnp.einsum("bh,hkcd->bkcd", xn, w.qkv)
         if w.qkv_bias is not None:

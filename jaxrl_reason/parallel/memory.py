@@ -175,19 +175,40 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     # head at the trained positions only (`scored`), at most that many of them.
     head_positions = min(rows * chunk, batch.scored) if batch.scored else rows * chunk
     logits = 3 * 4 * head_positions * v // tp
+    if sizes["fsdp"] > 1 and not cfg.tie_word_embeddings and not use_lora:
+        # An untied LM head split over fsdp on its input dim: in each micro-batch the TPU compiler forms its whole
+        # float32 weight gradient [H, V / tp] on every device and all-reduces it, a buffer of its own that lives
+        # through the backward pass over the layers (2.03 GiB for Qwen2.5-7B, the update's largest temporary at
+        # 2 and 4 layers on v5e-16; docs/results/tpu_compile.md). A tied embedding's gradient is formed split.
+        logits += 4 * h * v // tp
     activations = rows * t * per_token + logits
 
     s_rows = batch.sample_rows // shards if batch.sample_rows else 0
     kv = 2 * layers * s_rows * (nkv // tp) * d * batch.sample_length * act_b + s_rows * batch.sample_length
     sampling_logits = 2 * 4 * s_rows * v // tp  # next-token logits and their log-softmax, float32
     if batch.sample_rows:
-        # The decode loop's layer weights, fused once per call in the compute dtype (`models.qwen2.decode_layers`):
-        # a whole copy on every device, split over tp only -- the TPU compiler kept 2.47 GiB of temporaries per
-        # device for Qwen2.5-Math-1.5B on fsdp=16 (3.26 on one device), where the logits alone are 0.01-0.18.
-        from jaxrl_reason.parallel.roofline import layer_matmul_params
-
-        sampling_logits += layers * layer_matmul_params(cfg) * act_b // tp
+        sampling_logits += decode_weight_bytes(cfg, sizes)
     return MemoryPlan(sizes, params, opt, grads, activations, kv, sampling_logits, reference)
+
+
+def decode_weight_bytes(cfg, mesh) -> int:
+    """Per-device bytes of the decode loop's compute-dtype weights (`models.qwen2.decode_layers`), by
+    `cfg.decode_weights`. "gathered": every layer whole, split over tp only -- the TPU compiler kept 2.47 GiB of
+    temporaries per device for Qwen2.5-Math-1.5B on fsdp=16 (3.26 on one device), 12.32 for Qwen2.5-7B on fsdp=16,
+    where the logits alone are 0.01-0.18. "per_layer" on an fsdp mesh: the fused layers split over fsdp x tp, one
+    layer whole, and the LM head whole (its gather then sits in the step too): for Qwen2.5-7B on v5e-16 the
+    compiler's decode temporaries grew 0.04 GB a layer (a layer split 16 ways is 0.03) from 1.25 GB at two layers
+    (the LM head is 1.09), against 0.46 GB a layer gathered (docs/results/tpu_compile.md)."""
+    from jaxrl_reason.models.qwen2 import as_dtype
+    from jaxrl_reason.parallel.roofline import layer_matmul_params
+
+    sizes = _sizes(mesh)
+    act_b = np.dtype(as_dtype(cfg.dtype)).itemsize
+    layer = layer_matmul_params(cfg) * act_b // sizes["tp"]
+    if cfg.decode_weights == "per_layer" and sizes["fsdp"] > 1:
+        head = cfg.vocab_size * cfg.hidden_size * act_b // sizes["tp"]
+        return cfg.num_hidden_layers * layer // sizes["fsdp"] + layer + head
+    return cfg.num_hidden_layers * layer
 
 
 def parse_mesh(text: str, num_devices: Optional[int] = None) -> dict:
