@@ -152,6 +152,13 @@ def test_remat_plan_holds_one_backward_phase_and_no_step_copy():
     logits = 3 * 4 * rows * 128 * v + 4 * h * v
     rebuilt = (every.activations - logits) // layers
     assert rebuilt > logits + act_b * h * v and deep.activations == rows * 128 * layers * act_b * h + rebuilt
+    # A tied embedding on an fsdp mesh: no whole float32 gradient, but the head's gathered weight all the same.
+    tied = CFG.replace(remat=True, tie_word_embeddings=True)
+    tied_plan = memory.plan(tied, fsdp, b)
+    every = memory.plan(tied.replace(remat=False, scan_residuals="all"), fsdp, b)
+    logits = 3 * 4 * rows * t * v
+    rebuilt = (every.activations - logits) // layers
+    assert tied_plan.activations == rows * t * layers * act_b * h + max(logits + act_b * h * v, rebuilt)
     # Two-token rows on one device: the step's new state outgrows the backward, and the plan holds it.
     tiny = memory.plan(CFG.replace(remat=True), {"data": 1, "fsdp": 1, "tp": 1},
                        memory.BatchSettings(train_rows=1, train_length=2))

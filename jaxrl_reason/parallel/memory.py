@@ -186,12 +186,13 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     if not cfg.remat:
         activations = rows * t * per_token + logits
     else:
-        # With remat a layer keeps only its input, so the LM head's backward (its logits chunk, its weight
-        # gradient, and for an untied fsdp head the gathered weight, alive beside them) is over before the first
-        # layer's backward rebuilds a layer's full set: in the TPU compiler's buffer assignment of Qwen2.5-7B's
-        # remat update (2 and 4 layers, v5e-16) the two phases' buffers never overlap in time, and the peak is the
-        # head's. Without remat the planner keeps their sum, which the compiler's temporaries exceed anyway.
-        head = logits + (act_b * h * v // tp if untied_fsdp_head else 0)
+        # With remat a layer keeps only its input, so the LM head's backward (its logits chunk, an untied fsdp
+        # head's weight gradient, and on an fsdp mesh the head's gathered weight, tied or not, alive beside them)
+        # is over before the first layer's backward rebuilds a layer's full set: in the TPU compiler's buffer
+        # assignment of Qwen2.5-7B's remat update (2 and 4 layers, v5e-16) the two phases' buffers never overlap
+        # in time, and the peak is the head's. Without remat the planner keeps their sum, which the compiler's
+        # temporaries exceed anyway.
+        head = logits + (act_b * h * v // tp if sizes["fsdp"] > 1 else 0)
         rebuilt = rows * t * full_layer
         activations = rows * t * per_token + max(head, rebuilt)
         # The guarded step runs after the micro-batch scan, once the backward's buffers are free, so its new
