@@ -195,8 +195,9 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
         head = logits + (act_b * h * v // tp if sizes["fsdp"] > 1 else 0)
         rebuilt = rows * t * full_layer
         activations = rows * t * per_token + max(head, rebuilt)
-        # The guarded step runs after the micro-batch scan, once the backward's buffers are free, so its new
-        # params and optimizer state take their place rather than adding to them: the compiler's remat
+        # The guarded step runs after the micro-batch scan, once the backward's buffers are free (the TPU compiler
+        # fuses each select with the update it selects), so its new params and optimizer state at most take their
+        # place rather than adding to them: the compiler's remat
         # temporaries grow 3 x a layer's trained bytes a layer (Qwen2.5-7B, 2 -> 4 -> 28 layers), where the two
         # gradient buffers and the layer input are 2 x and 0.5 x of it; with half a copy on top they were 1.26x
         # the compiler's at 28 layers.
