@@ -123,6 +123,51 @@ def test_memory_plan_matches_hand_count():
     assert one.activations - scored.activations == 3 * 4 * (8 * 16 - 40) * v
 
 
+def test_remat_plan_holds_one_backward_phase_and_no_step_copy():
+    """With remat the LM head's backward and a layer's rebuilt backward do not overlap, so the plan holds the larger
+    of the two, not their sum; and the guarded step's new params and optimizer state take the place of the
+    backward's buffers instead of adding half a copy to them. The sum and the half copy put the plan of Qwen2.5-7B's
+    remat update on v5e-16 at 1.26x the TPU compiler's temporaries; this at 0.97-1.04 for 2, 4 and 28 layers
+    (docs/results/tpu_compile.md)."""
+    from jaxrl_reason.models.qwen2 import as_dtype
+
+    act_b = np.dtype(as_dtype(CFG.dtype)).itemsize
+    h, v, layers, t = CFG.hidden_size, CFG.vocab_size, CFG.num_hidden_layers, 16
+    fsdp = {"data": 1, "fsdp": 4, "tp": 1}
+    b = memory.BatchSettings(train_rows=8, train_length=t, micro_batches=2)
+    rows = 8 // 2 // 4
+    remat = memory.plan(CFG.replace(remat=True), fsdp, b)
+    every = memory.plan(CFG.replace(scan_residuals="all"), fsdp, b)  # keeps each layer's full set: L of them
+    logits = 3 * 4 * rows * t * v + 4 * h * v  # float32 logits x 3, the untied fsdp head's float32 gradient
+    rebuilt = (every.activations - logits) // layers  # one layer's full set
+    head = logits + act_b * h * v  # with the head's gathered weight, alive in its backward
+    assert rebuilt > 0 and head > 0
+    assert remat.activations == rows * t * layers * act_b * h + max(head, rebuilt)
+    step_copy = remat.params + remat.optimizer_state  # trains everything: the new params and optimizer state
+    assert remat.gradients == 2 * remat.params + max(0, step_copy - remat.activations)
+    # Long rows: a rebuilt layer's attention scores outgrow the head, and the plan follows the larger phase.
+    long = memory.BatchSettings(train_rows=8, train_length=128, micro_batches=2)
+    deep = memory.plan(CFG.replace(remat=True), fsdp, long)
+    every = memory.plan(CFG.replace(scan_residuals="all"), fsdp, long)
+    logits = 3 * 4 * rows * 128 * v + 4 * h * v
+    rebuilt = (every.activations - logits) // layers
+    assert rebuilt > logits + act_b * h * v and deep.activations == rows * 128 * layers * act_b * h + rebuilt
+    # A tied embedding on an fsdp mesh: no whole float32 gradient, but the head's gathered weight all the same.
+    tied = CFG.replace(remat=True, tie_word_embeddings=True)
+    tied_plan = memory.plan(tied, fsdp, b)
+    every = memory.plan(tied.replace(remat=False, scan_residuals="all"), fsdp, b)
+    logits = 3 * 4 * rows * t * v
+    rebuilt = (every.activations - logits) // layers
+    assert tied_plan.activations == rows * t * layers * act_b * h + max(logits + act_b * h * v, rebuilt)
+    # Two-token rows on one device: the step's new state outgrows the backward, and the plan holds it.
+    tiny = memory.plan(CFG.replace(remat=True), {"data": 1, "fsdp": 1, "tp": 1},
+                       memory.BatchSettings(train_rows=1, train_length=2))
+    assert tiny.gradients == tiny.params + tiny.optimizer_state + 2 * tiny.params - tiny.activations > 2 * tiny.params
+    # Without remat nothing changes: the half copy stays (the compiler's non-remat temporaries exceed the live set).
+    plain = memory.plan(CFG, fsdp, b)
+    assert plain.gradients == 2 * plain.params + (plain.params + plain.optimizer_state) // 2
+
+
 @pytest.mark.slow  # 19-31 s a call on 2 shared cores (2026-12-07)
 @pytest.mark.parametrize("policy", ["all", "matmuls", "remat"])
 def test_activation_plan_follows_the_residual_policy(policy):

@@ -608,9 +608,11 @@ def planner_vs_compiler(rc, cfg, mesh_sizes: dict, res: dict) -> list[dict]:
     out = []
     upd, dec = rows.get("update"), rows.get("rollout decode")
     refused = next((r for r in res["executables"] if r["name"] == "update" and r.get("refused_temp_bytes")), None)
-    if refused:  # the compiler's refusal names the temporaries it needed
+    if refused:  # the temporaries the compiler's refusal names: where it gave up, not what the update needs
+        # (1.5B on one v5p chip: 98.04 GiB refused, 142 from 2- and 4-layer proxies; docs/results/tpu_compile.md)
         out.append(dict(component="gradients + activations", planner=p.gradients + p.activations,
-                        compiler=refused["refused_temp_bytes"], compiler_from="update temporaries (its refusal)"))
+                        compiler=refused["refused_temp_bytes"],
+                        compiler_from="update temporaries (its refusal: a lower bound)"))
     if upd:
         out += [dict(component="params + optimizer state", planner=p.params + p.optimizer_state,
                      compiler=upd["memory"]["argument"] - m["batch_bytes"],

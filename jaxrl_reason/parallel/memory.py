@@ -134,10 +134,11 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     opt = _shard_bytes(jax.eval_shape(optimizer.init, trained), sizes, rules)
     # The update keeps a gradient accumulator and the current micro-batch's gradients (both shaped like what it
     # trains), and its guarded step (applied only when every term is finite) computes the new trained params and
-    # optimizer state beside the old ones before it selects: the TPU compiler's update temporaries held 45-70% of
-    # such a copy beyond the rest (Qwen2.5-7B on v5p-8, Qwen2.5-Math-1.5B on one chip and on v5e-16;
-    # docs/results/tpu_compile.md), XLA:CPU's less. Counted as half a copy.
-    grads = 2 * trained_bytes + (trained_bytes + opt) // 2
+    # optimizer state beside the old ones before it selects. Without remat the TPU compiler's update temporaries
+    # held 45-70% of such a copy beyond the rest (Qwen2.5-7B on v5p-8, Qwen2.5-Math-1.5B on one chip and on
+    # v5e-16; docs/results/tpu_compile.md), XLA:CPU's less: counted as half a copy. With remat see below.
+    step_copy = trained_bytes + opt
+    grads = 2 * trained_bytes + step_copy // 2
     reference = params if kl and not use_lora else 0
 
     shards = math.prod(sizes[a] for a in BATCH_AXES)
@@ -163,7 +164,7 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     # (scan_residuals="all"), the weight matmuls' outputs plus the layer input ("matmuls": q/k/v, o, gate, up,
     # down), or the layer input alone (remat). The last two rebuild one layer's full set during its backward pass.
     if cfg.remat:
-        per_token = layers * act_b * h + full_layer
+        per_token = layers * act_b * h  # one layer's full set is rebuilt in its backward: `rebuilt` below
     elif cfg.scan_residuals == "matmuls" and cfg.scan_layers:
         per_token = layers * act_b * (3 * h + (nq + 2 * nkv) * d // tp + 2 * i // tp) + full_layer
     else:
@@ -175,13 +176,32 @@ def plan(cfg, mesh: Union[Mesh, Mapping[str, int]], batch: BatchSettings, *, opt
     # head at the trained positions only (`scored`), at most that many of them.
     head_positions = min(rows * chunk, batch.scored) if batch.scored else rows * chunk
     logits = 3 * 4 * head_positions * v // tp
-    if sizes["fsdp"] > 1 and not cfg.tie_word_embeddings and not use_lora:
+    untied_fsdp_head = sizes["fsdp"] > 1 and not cfg.tie_word_embeddings and not use_lora
+    if untied_fsdp_head:
         # An untied LM head split over fsdp on its input dim: in each micro-batch the TPU compiler forms its whole
         # float32 weight gradient [H, V / tp] on every device and all-reduces it, a buffer of its own that lives
         # through the backward pass over the layers (2.03 GiB for Qwen2.5-7B, the update's largest temporary at
         # 2 and 4 layers on v5e-16; docs/results/tpu_compile.md). A tied embedding's gradient is formed split.
         logits += 4 * h * v // tp
-    activations = rows * t * per_token + logits
+    if not cfg.remat:
+        activations = rows * t * per_token + logits
+    else:
+        # With remat a layer keeps only its input, so the LM head's backward (its logits chunk, an untied fsdp
+        # head's weight gradient, and on an fsdp mesh the head's gathered weight, tied or not, alive beside them)
+        # is over before the first layer's backward rebuilds a layer's full set: in the TPU compiler's buffer
+        # assignment of Qwen2.5-7B's remat update (2 and 4 layers, v5e-16) the two phases' buffers never overlap
+        # in time, and the peak is the head's. Without remat the planner keeps their sum, which the compiler's
+        # temporaries exceed anyway.
+        head = logits + (act_b * h * v // tp if sizes["fsdp"] > 1 else 0)
+        rebuilt = rows * t * full_layer
+        activations = rows * t * per_token + max(head, rebuilt)
+        # The guarded step runs after the micro-batch scan, once the backward's buffers are free (the TPU compiler
+        # fuses each select with the update it selects), so its new params and optimizer state at most take their
+        # place rather than adding to them: the compiler's remat
+        # temporaries grow 3 x a layer's trained bytes a layer (Qwen2.5-7B, 2 -> 4 -> 28 layers), where the two
+        # gradient buffers and the layer input are 2 x and 0.5 x of it; with half a copy on top they were 1.26x
+        # the compiler's at 28 layers.
+        grads = 2 * trained_bytes + max(0, step_copy - activations)
 
     s_rows = batch.sample_rows // shards if batch.sample_rows else 0
     kv = 2 * layers * s_rows * (nkv // tp) * d * batch.sample_length * act_b + s_rows * batch.sample_length
