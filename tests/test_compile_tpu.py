@@ -331,3 +331,26 @@ def test_cure_critique_and_guided_samplers_are_sized_as_the_method_calls_them():
         m = rc.method.extra["guided_samples"]
         assert out["guided decode"].note == f"{sampler_rows(guided) * m} rows x {rc.rl.max_new_tokens} steps"
     assert crit > q * k  # the last setting: a critique batch larger than the rollouts (samples repeat)
+
+
+def test_bytes_by_op_sums_to_the_compilers_count():
+    """Each op costed alone adds up to what the compiler bills the whole module (CPU: no on-chip memory space, so
+    the HBM count is the whole count)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl_reason.experiment.compile_check import bytes_by_op
+
+    def f(x, w, cache, i):
+        y = jnp.tanh(x @ w)
+        return y.sum(-1), jax.lax.dynamic_update_slice(cache, y[:, None, :], (0, i, 0))
+
+    args = (jnp.ones((8, 64)), jnp.ones((64, 32)), jnp.zeros((8, 16, 32)), 3)
+    compiled = jax.jit(f, donate_argnums=(2,)).lower(*args).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    rows = bytes_by_op(compiled.as_text())
+    # within 1%: the ops left out as moving no data (parameters, constants, tuples, bitcasts) are billed a few bytes
+    assert rows and sum(r["bytes"] for r in rows) == pytest.approx(cost["bytes accessed"], rel=1e-2)
+    # hbm_bytes adds the analysis' per-operand entries, which can sum a few bytes above its per-op total
+    assert sum(r["hbm_bytes"] for r in rows) == pytest.approx(sum(r["bytes"] for r in rows), rel=1e-2)

@@ -2,7 +2,7 @@
 valid KV cache once), before and after the sampler's window phases (`sampling.sampler.decode_windows`).
 
     python experiments/bench/decode_bytes_tpu.py [--model qwen2.5-math-1.5b] [--rows 64] [--prompt 512] \
-        [--new 1024,4096] [--topology v5e:2x2] [--phases 4] [--out runs/decode_bytes_tpu]
+        [--new 1024,4096] [--topology v5e:2x2] [--phases 4] [--ops] [--out runs/decode_bytes_tpu]
 
 One step of the decode loop (`experiment.compile_check.decode_step_cost`) is compiled for one chip of the topology
 (libtpu, no TPU) over the full cache (before: every step attends over every slot), and over each phase's window
@@ -29,6 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument("--new", default="1024,4096")
     ap.add_argument("--topology", default="v5e:2x2")
     ap.add_argument("--phases", type=int, default=None, help="default: sampler.WINDOW_PHASES")
+    ap.add_argument("--ops", action="store_true", help="also cost each step op by op (compile_check.bytes_by_op): "
+                    "the HBM count beside the billed one; minutes per step on 2 cores")
     ap.add_argument("--out", default="runs/decode_bytes_tpu")
     args = ap.parse_args(argv)
     import math
@@ -41,6 +43,13 @@ def main(argv=None) -> int:
     from jaxrl_reason.sampling.sampler import WINDOW_PHASES, decode_windows
 
     phases = args.phases or WINDOW_PHASES
+
+    def hbm(cost):  # the op rows summed (kept out of the JSON: thousands of them)
+        ops = cost.pop("ops", None)
+        if ops is not None:
+            cost["hbm_bytes"] = sum(r["hbm_bytes"] for r in ops)
+            cost["op_sum_bytes"] = sum(r["bytes"] for r in ops)
+        return cost
     cfg = load_model_config(args.model, args.dtype, args.dtype)
     device = topology_devices(args.topology)[0]
     item = np.dtype(args.dtype).itemsize if args.dtype != "bfloat16" else 2
@@ -49,10 +58,10 @@ def main(argv=None) -> int:
     for new in [int(x) for x in args.new.split(",")]:
         roof = decode_bytes(cfg, args.rows, args.prompt, new, param_bytes, item)
         slots = args.prompt + new
-        full = decode_step_cost(cfg, device, args.rows, args.prompt, new)
+        full = hbm(decode_step_cost(cfg, device, args.rows, args.prompt, new, ops=args.ops))
         windows = decode_windows(slots, new, phases)
-        costs = [(stop - start, decode_step_cost(cfg, device, args.rows, args.prompt, new, w) if w else full)
-                 for start, stop, w in windows]
+        costs = [(stop - start, hbm(decode_step_cost(cfg, device, args.rows, args.prompt, new, w, ops=args.ops))
+                  if w else full) for start, stop, w in windows]
         after = sum(n * c["bytes"] for n, c in costs) / new
         row = dict(model=args.model, rows=args.rows, prompt=args.prompt, new=new, slots=slots,
                    roofline_bytes=roof["bytes_per_step"], param_bytes=param_bytes,
@@ -60,6 +69,13 @@ def main(argv=None) -> int:
                    before_bytes=full["bytes"], after_bytes=after, before_ratio=full["bytes"] / roof["bytes_per_step"],
                    after_ratio=after / roof["bytes_per_step"],
                    phases=[dict(steps=n, **c) for n, c in costs])
+        if args.ops:
+            row.update(before_hbm_bytes=full["hbm_bytes"], after_hbm_bytes=sum(n * c["hbm_bytes"] for n, c in costs) / new)
+            row.update(before_hbm_ratio=row["before_hbm_bytes"] / row["roofline_bytes"],
+                       after_hbm_ratio=row["after_hbm_bytes"] / row["roofline_bytes"])
+            print(f"new {new}: HBM count (VMEM prefetches once) before {row['before_hbm_bytes'] / 1e9:.3f} GB "
+                  f"({row['before_hbm_ratio']:.2f}x), after {row['after_hbm_bytes'] / 1e9:.3f} GB "
+                  f"({row['after_hbm_ratio']:.2f}x)", flush=True)
         rows.append(row)
         print(f"new {new}: roofline {row['roofline_bytes'] / 1e9:.3f} GB/step; compiler before "
               f"{row['before_bytes'] / 1e9:.3f} GB ({row['before_ratio']:.2f}x), after {after / 1e9:.3f} GB "

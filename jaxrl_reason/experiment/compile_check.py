@@ -685,12 +685,14 @@ def render_markdown(res: dict) -> str:
 # ------------------------------------------------------------------------------------------------ one decode step
 
 
-def decode_step_cost(cfg, device, rows: int, prompt_len: int, new_tokens: int, window: Optional[int] = None) -> dict:
+def decode_step_cost(cfg, device, rows: int, prompt_len: int, new_tokens: int, window: Optional[int] = None,
+                     ops: bool = False) -> dict:
     """The compiler's bytes accessed and FLOPs of one step of the sampler's decode loop on one chip: the LM head on
     the last hidden state, the draw (`sampling.logits.sample_with_uniform`) and `models.qwen2.decode_step` over a
     cache of prompt_len + new_tokens slots, attending over `window` of them (None: all) -- the loop body, rebuilt
     from its parts so that its cost is counted alone (the compiler counts a while-loop's body once, beside the
-    loop's prologue). The cache is donated, as the loop updates it in place."""
+    loop's prologue). The cache is donated, as the loop updates it in place. ops: also the count op by op
+    (`bytes_by_op`), under "ops"."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -720,8 +722,128 @@ def decode_step_cost(cfg, device, rows: int, prompt_len: int, new_tokens: int, w
                                                         vec(jnp.bool_), cache).compile()
     cost = compiled.cost_analysis() or {}
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return dict(window=window or slots, compile_s=time.perf_counter() - t0, bytes=float(cost.get("bytes accessed", 0)),
-                flops=float(cost.get("flops", 0)))
+    out = dict(window=window or slots, compile_s=time.perf_counter() - t0, bytes=float(cost.get("bytes accessed", 0)),
+               flops=float(cost.get("flops", 0)))
+    if ops:
+        out["ops"] = bytes_by_op(compiled.as_text())
+    return out
+
+
+# ---- the compiler's bytes accessed, op by op (docs/results/tpu_compile.md, "what the decode step's bytes are")
+_FREE_OPS = {"parameter", "get-tuple-element", "bitcast", "tuple", "constant", "after-all"}
+_INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.*)$")
+
+
+def _hlo_blocks(text: str) -> list[list[str]]:
+    blocks, cur = [], None
+    for line in text.splitlines():
+        if not line.startswith(" ") and line.rstrip().endswith("{") and not line.startswith("HloModule"):
+            cur = [line]
+        elif cur is not None:
+            cur.append(line)
+            if line.startswith("}"):
+                blocks.append(cur)
+                cur = None
+    return blocks
+
+
+def _split_top(s: str, sep: str = ",") -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == sep and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + ([cur.strip()] if cur.strip() else [])
+
+
+def _instructions(block: list[str]) -> list[dict]:
+    out = []
+    for line in block[1:-1]:
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        rest = m.group(2)
+        shape = _split_top(rest, " ")[0]
+        tail = rest[len(shape) + 1:]
+        op = re.match(r"([\w\-]+)\(", tail).group(1)
+        depth = 0
+        for end in range(len(op), len(tail)):
+            depth += tail[end] == "("
+            depth -= tail[end] == ")"
+            if depth == 0:
+                break
+        out.append(dict(name=m.group(1), shape=shape, op=op, args=tail[len(op) + 1:end], attrs=tail[end + 1:]))
+    return out
+
+
+def _in_vmem(shape: str, index: str) -> bool:
+    """Whether the buffer at `index` ("" or "k,...") of an HLO shape string lives in memory space 1 (a TPU's VMEM,
+    on the chip: reading or writing it moves no HBM bytes)."""
+    if shape.startswith("(") and index:
+        shape = _split_top(shape[1:-1])[int(index.split(",")[0])]
+    return "S(1)" in (shape if shape.startswith("(") else shape.split("}")[0])
+
+
+def bytes_by_op(hlo_text: str) -> list[dict]:
+    """The compiler's bytes accessed of an optimized HLO module's entry computation, op by op: each top-level
+    instruction costed alone by XLA's HloCostAnalysis (its operands as parameters; an async done beside its start,
+    less the start), so the rows sum to the module's own count. Per row also `hbm_bytes`: the same count without
+    the operands and outputs the compiler placed in on-chip memory (memory space 1), and without an async move's
+    destination and done -- what the analysis bills for a prefetch into VMEM beyond the one HBM read it is."""
+    import jax
+    from jax._src.lib import _jax
+    from jaxlib import _hlo
+
+    client = jax.devices("cpu")[0].client
+    blocks = _hlo_blocks(hlo_text)
+    entry = next(b for b in blocks if b[0].startswith("ENTRY"))
+    called = "\n".join("\n".join(b) for b in blocks if b is not entry)
+    ins = _instructions(entry)
+    shapes, by_name = {i["name"]: i["shape"] for i in ins}, {i["name"]: i for i in ins}
+    clean = lambda a: re.sub(r",?\s*(control-predecessors=\{[^}]*\}|stack_frame_id=\d+)", "", a)  # noqa: E731
+
+    def cost(i, done=None):
+        names = list(dict.fromkeys(re.findall(r"%([\w.\-]+)", i["args"])))
+        lines, args = [], i["args"]
+        for n, name in enumerate(names):
+            lines.append(f"  %p{n} = {shapes[name]} parameter({n})")
+            args = re.sub(rf"%{re.escape(name)}(?![\w.\-])", f"%p{n}", args)
+        root = f"{i['shape']} {i['op']}({args}){clean(i['attrs'])}"
+        lines += [f"  ROOT %r = {root}"] if done is None else [
+            f"  %s = {root}", f"  ROOT %r = {done['shape']} {done['op']}(%s){clean(done['attrs'])}"]
+        module = f"HloModule one\n\n{called}\n\nENTRY %e {{\n" + "\n".join(lines) + "\n}\n"
+        return _jax.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text(module))
+
+    rows = []
+    for i in ins:
+        if i["op"] in _FREE_OPS:
+            continue
+        operands = [shapes[n] for n in re.findall(r"%([\w.\-]+)", i["args"])]
+        if i["op"].endswith("-done"):
+            start = by_name[re.findall(r"%([\w.\-]+)", i["args"])[0]]
+            pair, alone = cost(start, done=i), cost(start)
+            c = {k: pair.get(k, 0.0) - alone.get(k, 0.0) for k in pair}
+        else:
+            c = cost(i)
+        hbm = 0.0
+        for key, v in c.items():
+            m = re.match(r"bytes accessed(\d+|out)\{([\d,]*)\}$", key)
+            if not m or i["op"].endswith("-done") or (m.group(1) == "out" and i["op"].endswith("-start")):
+                continue
+            if m.group(1) == "out":
+                hbm += 0.0 if _in_vmem(i["shape"], m.group(2)) else v
+            else:
+                k = int(m.group(1))
+                hbm += v if k >= len(operands) or not _in_vmem(operands[k], m.group(2)) else 0.0
+        meta = re.search(r'op_name="([^"]*)"', i["attrs"])
+        rows.append(dict(name=i["name"], op=i["op"], shape=i["shape"], operands=operands,
+                         meta=meta.group(1) if meta else "", bytes=float(c.get("bytes accessed", 0.0)),
+                         hbm_bytes=hbm))
+    return rows
 
 
 # ---- the batch and model a launch config plans for (experiments/launch/preflight.py)
