@@ -566,6 +566,9 @@ def strategy_budgets(cells: Mapping, arms: Sequence[str], seeds: Sequence[int], 
                 pts.append({"multiple": m, "acc": _median(accs), "seeds": accs, "tokens": _median(toks)})
             if any(p["acc"] is not None for p in pts):
                 table[arm][name] = pts
+    def seed_values(who, name, m):  # per seed, the per-question values of (strategy, budget); None where absent
+        return [cells[who, s].get("budgets", {}).get("per_question", {}).get(name, {}).get(str(m)) for s in seeds]
+
     paired = {}
     for arm in arms:
         if arm == baseline:
@@ -573,8 +576,7 @@ def strategy_budgets(cells: Mapping, arms: Sequence[str], seeds: Sequence[int], 
         paired[arm] = {}
         for name in names:
             for m in multiples:
-                values = [[c.get("budgets", {}).get("per_question", {}).get(name, {}).get(str(m)) for s in seeds
-                           for c in [cells[who, s]]] for who in (baseline, arm)]
+                values = [seed_values(who, name, m) for who in (baseline, arm)]
                 if any(v is None for v in values[0] + values[1]):
                     continue
                 paired[arm].setdefault(name, {})[str(m)] = paired_differences(values[0], values[1], draws=draws)
@@ -587,8 +589,7 @@ def strategy_budgets(cells: Mapping, arms: Sequence[str], seeds: Sequence[int], 
             if base_pick["strategy"] is None or pick["strategy"] is None:
                 continue
             m = str(pick["multiple"])
-            values = [[cells[who, s].get("budgets", {}).get("per_question", {}).get(p["strategy"], {}).get(m)
-                       for s in seeds] for who, p in ((baseline, base_pick), (arm, pick))]
+            values = [seed_values(who, p["strategy"], m) for who, p in ((baseline, base_pick), (arm, pick))]
             if not any(v is None for v in values[0] + values[1]):
                 paired_best.setdefault(arm, {})[m] = paired_differences(values[0], values[1], draws=draws)
     return {"multiples": multiples, "strategies": names, "table": table, "paired": paired, "best": best,
