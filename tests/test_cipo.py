@@ -14,18 +14,18 @@ from flax import nnx
 from jaxrl_reason.configs import PRESET_DIR
 from jaxrl_reason.data.arithmetic import arithmetic_examples
 from jaxrl_reason.data.prompts import (CODE_INSTRUCTION, SOLVE_INSTRUCTION, correction_prompt,
-                                       replay_correction_prompt, solve_prompt)
+                                       replay_correction_prompt)
 from jaxrl_reason.methods import make_method
-from jaxrl_reason.methods.base import Context, Rollouts, RowFormats
+from jaxrl_reason.methods.base import Context, RowFormats
 from jaxrl_reason.methods.cipo import (CIPO, CIPOV, RatioState, rank_failed_sources, select_sources,
                                        shape_correction_rewards, update_ratio)
 from jaxrl_reason.rl.batch import TASKS, build_token_batch
 from jaxrl_reason.rl.scoring import completion_logprobs
-from jaxrl_reason.sampling.sampler import SampleOutput
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig
 from jaxrl_reason.train.update import make_update
 
-from tiny import ARITH, arith_tokenizer, tiny_model, parity_reward, right_reward as reward  # noqa: E402
+from tiny import (ARITH, arith_tokenizer, padded_samples, parity_reward, right_reward as reward,  # noqa: E402
+                  scripted_rollouts, tiny_model)
 
 RULE = dict(rho_min=0.1, rho_max=0.9, rho_step=0.1, tau_low=0.6, tau_high=0.9, delta=0.1, window=4)
 # Q=4 x G=4: zero-pass, acc 0.25, acc 0.5, solved.
@@ -59,22 +59,13 @@ class ScriptedSampler:
             for s in range(num_samples):
                 ok = (s % 2 == 1) if src_right else (s % 2 == 0)
                 rows.append(self.tok.encode("fixed RIGHT" if ok else "fixed WRONG") + [self.tok.eos_id])
-        n, width = len(rows), max(map(len, rows))
-        tokens, lp = np.zeros((n, width), np.int32), np.zeros((n, width), np.float32)
-        for i, r in enumerate(rows):
-            tokens[i, :len(r)], lp[i, :len(r)] = r, -0.5
-        return SampleOutput(tokens, lp, lp, np.array(list(map(len, rows)), np.int32), np.zeros(n, np.int32),
-                            np.repeat(np.arange(len(prompts), dtype=np.int32), num_samples))
+        return padded_samples(rows, len(prompts), num_samples)
 
 
 def make_rollouts(tok, rewards=REWARDS):
-    ex = arithmetic_examples(rewards.shape[0], seed=5, config=ARITH)
     q, g = rewards.shape
-    prompts = [tok.encode(tok.render_prompt(solve_prompt(e.question))) for e in ex]
-    texts = [f"attempt {i} says " + ("RIGHT" if rewards.reshape(-1)[i] else "WRONG") for i in range(q * g)]
-    comps = [tok.encode(t) + [tok.eos_id] for t in texts]
-    return Rollouts(ex, prompts, comps, [np.full(len(c), -0.5, np.float32) for c in comps], texts, rewards.copy(),
-                    ["eos"] * (q * g), [{}] * (q * g))
+    return scripted_rollouts(tok, rewards, [f"attempt {i} says " + ("RIGHT" if rewards.reshape(-1)[i] else "WRONG")
+                                            for i in range(q * g)])
 
 
 def build(tok, method, rewards=REWARDS, seed=0):

@@ -20,7 +20,7 @@ from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
 from jaxrl_reason.inference.refine import (NOT_CRITIQUED, VERDICT_ERROR, VERDICT_NO_ERROR, self_refine,
                                            verdict_scores)
 from jaxrl_reason.methods import make_method
-from jaxrl_reason.methods.base import Context, Rollouts, RowFormats
+from jaxrl_reason.methods.base import Context, RowFormats
 from jaxrl_reason.methods.cure import (CURE, CURE_TASKS, PAPER_LOSS, critique_pools, critique_rest_advantage,
                                        replay_group_advantages, replay_members, select_critique_rows)
 from jaxrl_reason.methods.grpo import PolicyLossConfig
@@ -28,10 +28,9 @@ from jaxrl_reason.rewards.base import RewardResult
 from jaxrl_reason.rl.batch import PAD_TASK_ID, TASKS
 from jaxrl_reason.rl.losses import objective
 from jaxrl_reason.rl.scoring import completion_logprobs
-from jaxrl_reason.sampling.sampler import SampleOutput
 from jaxrl_reason.train.update import make_update
 
-from tiny import ARITH, tiny_model, right_reward as reward  # noqa: E402
+from tiny import ARITH, padded_samples, right_reward as reward, scripted_rollouts, tiny_model  # noqa: E402
 
 HINT = "add the numbers one pair at a time and check every partial sum twice before writing it"
 M = 4
@@ -81,24 +80,12 @@ class ScriptedSampler:
                            "max_new_tokens": max_new_tokens})
         rows = [self.tok.encode(self.respond(self.tok.decode(p), s))[:max_new_tokens - 1] + [self.tok.eos_id]
                 for p in prompts for s in range(num_samples)]
-        n, width = len(rows), max(map(len, rows))
-        tokens = np.zeros((n, width), np.int32)
-        lp = np.zeros((n, width), np.float32)
-        for i, r in enumerate(rows):
-            tokens[i, :len(r)] = r
-            lp[i, :len(r)] = -0.25 - 0.01 * np.arange(len(r))
-        return SampleOutput(tokens, lp, lp, np.array(list(map(len, rows)), np.int32), np.zeros(n, np.int32),
-                            np.repeat(np.arange(len(prompts), dtype=np.int32), num_samples))
+        return padded_samples(rows, len(prompts), num_samples, lambda n: -0.25 - 0.01 * np.arange(n))
 
 
 def make_rollouts(tok, rewards=REWARDS):
-    ex = arithmetic_examples(rewards.shape[0], seed=5, config=ARITH)
     q, k = rewards.shape
-    prompts = [tok.encode(tok.render_prompt(solve_prompt(e.question))) for e in ex]
-    texts = [solve_text(i // k, i % k, rewards) for i in range(q * k)]
-    comps = [tok.encode(t) + [tok.eos_id] for t in texts]
-    return Rollouts(ex, prompts, comps, [np.full(len(c), -0.5, np.float32) for c in comps], texts, rewards.copy(),
-                    ["eos"] * (q * k), [{}] * (q * k))
+    return scripted_rollouts(tok, rewards, [solve_text(i // k, i % k, rewards) for i in range(q * k)])
 
 
 def build_once(tokenizer, model, rewards, formats: RowFormats = RowFormats(), **knobs):

@@ -6,9 +6,9 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.data.arithmetic import arithmetic_examples
-from jaxrl_reason.data.prompts import solve_prompt, verify_prompt
+from jaxrl_reason.data.prompts import verify_prompt
 from jaxrl_reason.inference.verifier import score, verify_rows
-from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.base import Context
 from jaxrl_reason.methods.rlv import RLV, balanced_indices
 from jaxrl_reason.rl.batch import TASKS, build_token_batch
 from jaxrl_reason.train.metrics import MetricsWriter, read_metrics
@@ -16,7 +16,7 @@ from jaxrl_reason.train.state import make_optimizer
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig
 from jaxrl_reason.train.update import make_update
 
-from tiny import ARITH, arith_tokenizer, tiny_model  # noqa: E402
+from tiny import ARITH, arith_tokenizer, scripted_rollouts, tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +85,8 @@ def test_verify_term_raises_yes_on_correct_and_no_on_wrong(tokenizer):
 def fake_rollouts(tokenizer, rewards):
     ex = arithmetic_examples(rewards.shape[0], seed=5, config=ARITH)
     g = rewards.shape[1]
-    prompts = [tokenizer.encode(tokenizer.render_prompt(solve_prompt(e.question))) for e in ex]
-    texts = [ex[i // g].solution for i in range(rewards.size)]
-    comps = [tokenizer.encode(t)[:20] + [tokenizer.eos_id] for t in texts]
-    return Rollouts(ex, prompts, comps, [np.full(len(c), -1.0, np.float32) for c in comps], texts,
-                    rewards.astype(np.float32), ["eos"] * rewards.size, [{}] * rewards.size)
+    return scripted_rollouts(tokenizer, rewards, [ex[i // g].solution for i in range(rewards.size)], logprob=-1.0,
+                             max_tokens=20)
 
 
 def test_rlv_build_adds_balanced_verify_rows(tokenizer):

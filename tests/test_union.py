@@ -15,17 +15,17 @@ from jaxrl_reason.data.tokenizer_training import train_tiny_tokenizer
 from jaxrl_reason.data.prompts import (correction_prompt, critique_prompt, guided_prompt, solve_prompt,
                                        verify_prompt)
 from jaxrl_reason.methods import METHODS, make_method
-from jaxrl_reason.methods.base import Context, Rollouts
+from jaxrl_reason.methods.base import Context
 from jaxrl_reason.methods.cipo import CIPO
 from jaxrl_reason.methods.cure import CURE, PAPER_LOSS
 from jaxrl_reason.methods.grpo import GRPO
 from jaxrl_reason.methods.rlv import RLV
 from jaxrl_reason.methods.self_check import SelfCheck
 from jaxrl_reason.rl.batch import TASKS
-from jaxrl_reason.sampling.sampler import SampleOutput
 from jaxrl_reason.train.trainer import Trainer, TrainerConfig
 
-from tiny import ARITH, tiny_model, parity_reward, right_reward as reward  # noqa: E402
+from tiny import (ARITH, padded_samples, parity_reward, right_reward as reward, scripted_rollouts,  # noqa: E402
+                  tiny_model)
 
 HINT = "add the numbers one pair at a time and check every partial sum twice before writing it"
 # Q=4 x K=4: zero-pass, acc 0.25, acc 0.75, solved: every part has sources (wrong and right samples).
@@ -84,22 +84,13 @@ class StreamSampler:
                 out = (f"ERROR_QUOTE: 3 + 4 = 8\nWHY_IT_MATTERS: the sum is off\nHIGH_LEVEL_HINT: {HINT}"
                        if kind == "critique" else f"{kind} {'RIGHT' if ok else 'WRONG'}")
                 rows.append(self.tok.encode(out)[:max_new_tokens - 1] + [self.tok.eos_id])
-        n, width = len(rows), max(map(len, rows))
-        tokens, lp = np.zeros((n, width), np.int32), np.zeros((n, width), np.float32)
-        for i, r in enumerate(rows):
-            tokens[i, :len(r)], lp[i, :len(r)] = r, -0.25 - 0.01 * np.arange(len(r))
-        return SampleOutput(tokens, lp, lp, np.array(list(map(len, rows)), np.int32), np.zeros(n, np.int32),
-                            np.repeat(np.arange(len(prompts), dtype=np.int32), num_samples))
+        return padded_samples(rows, len(prompts), num_samples, lambda n: -0.25 - 0.01 * np.arange(n))
 
 
 def make_rollouts(tok):
-    ex = arithmetic_examples(REWARDS.shape[0], seed=5, config=ARITH)
     q, k = REWARDS.shape
-    prompts = [tok.encode(tok.render_prompt(solve_prompt(e.question))) for e in ex]
-    texts = [f"attempt q{i // k}s{i % k} " + ("RIGHT" if REWARDS.reshape(-1)[i] else "WRONG") for i in range(q * k)]
-    comps = [tok.encode(t) + [tok.eos_id] for t in texts]
-    return Rollouts(ex, prompts, comps, [np.full(len(c), -0.5, np.float32) for c in comps], texts, REWARDS.copy(),
-                    ["eos"] * (q * k), [{}] * (q * k))
+    return scripted_rollouts(tok, REWARDS, [f"attempt q{i // k}s{i % k} " + ("RIGHT" if REWARDS.reshape(-1)[i] else
+                                                                            "WRONG") for i in range(q * k)])
 
 
 def build(method, tok, model, seed=0):

@@ -39,6 +39,31 @@ def assert_same_update(out, ref, params_before, keys, *, rtol, atol):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol)
 
 
+def padded_samples(rows, num_prompts, num_samples, logprob=lambda n: np.full(n, -0.5, np.float32)):
+    """A scripted sampler's answer: token `rows` (prompt-major, `num_samples` a prompt) right-padded into a
+    `SampleOutput`, each row's per-token log-probs `logprob(len(row))`."""
+    from jaxrl_reason.sampling.sampler import SampleOutput
+
+    n, width = len(rows), max(map(len, rows))
+    tokens, lp = np.zeros((n, width), np.int32), np.zeros((n, width), np.float32)
+    for i, r in enumerate(rows):
+        tokens[i, :len(r)], lp[i, :len(r)] = r, logprob(len(r))
+    return SampleOutput(tokens, lp, lp, np.array(list(map(len, rows)), np.int32), np.zeros(n, np.int32),
+                        np.repeat(np.arange(num_prompts, dtype=np.int32), num_samples))
+
+
+def scripted_rollouts(tok, rewards, texts, logprob=-0.5, max_tokens=None):
+    """Rollouts of `rewards.shape[0]` arithmetic questions (seed 5) whose Q x G completions are `texts` (each cut
+    to `max_tokens`, then EOS), graded `rewards` [Q, G], every sampled token's log-prob `logprob`."""
+    from jaxrl_reason.methods.base import Rollouts
+
+    ex = arithmetic_examples(rewards.shape[0], seed=5, config=ARITH)
+    prompts = [tok.encode(tok.render_prompt(solve_prompt(e.question))) for e in ex]
+    comps = [tok.encode(t)[:max_tokens] + [tok.eos_id] for t in texts]
+    return Rollouts(ex, prompts, comps, [np.full(len(c), logprob, np.float32) for c in comps], list(texts),
+                    rewards.astype(np.float32), ["eos"] * rewards.size, [{}] * rewards.size)
+
+
 def right_reward(texts, examples):
     """1 for a completion that says RIGHT: scripted samplers write RIGHT / WRONG to set a row's reward."""
     return RewardResult(np.array(["RIGHT" in t for t in texts], np.float32), [{}] * len(texts))
