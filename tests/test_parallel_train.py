@@ -164,6 +164,7 @@ def test_preflight_plans_a_config_and_run_sh_stops_when_it_does_not_fit(tmp_path
                                         env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
     fits, tight = run(), run("--config.parallel.device_memory_gb=24")
     assert fits.returncode == 0 and tight.returncode == 3, (fits.stderr[-2000:], tight.stderr[-2000:])
+    assert f"compile_tpu.py --config {cfg_path} --topology" in fits.stdout  # where the compiler's own count is
     # the trainer pads each update to whole micro-batches per batch shard: the plan counts those rows
     c = load_config_file(os.path.join(ROOT, "jaxrl_reason", "configs", "rlv_qwen25_math_1p5b_8gpu.py"),
                          ["--config.rl.micro_batches=3"])
