@@ -16,6 +16,7 @@ import sys
 
 from jaxrl_reason.models.lora import LoraConfig
 from jaxrl_reason.models.presets import PRESETS, load_model_config
+from jaxrl_reason.models.qwen2 import DECODE_WEIGHTS
 from jaxrl_reason.parallel.memory import GiB, BatchSettings, parse_mesh, plan
 from jaxrl_reason.parallel.rules import ShardingError
 
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sample-length", type=int, default=0, help="prompt + new tokens while sampling")
     ap.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (0: full fine-tuning)")
     ap.add_argument("--lora-targets", default=LoraConfig.targets, help="comma-separated adapted projections")
-    ap.add_argument("--decode-weights", default="gathered", choices=("gathered", "per_layer"),
+    ap.add_argument("--decode-weights", default="gathered", choices=DECODE_WEIGHTS,
                     help="the sampler's layer weights on an fsdp mesh: gathered (every layer whole a device) or "
                     "per_layer (one layer gathered at a time)")
     ap.add_argument("--kl", action="store_true", help="a KL term reads a reference policy")

@@ -24,19 +24,13 @@ def main(argv=None) -> int:
     from jaxrl_reason.configs import load_config_file
     from jaxrl_reason.experiment import compile_check as cc
     from jaxrl_reason.experiment.config import read_run_config
-    from jaxrl_reason.parallel.memory import GiB, BatchSettings, plan
+    from jaxrl_reason.parallel.memory import GiB
 
     rc = read_run_config(load_config_file(args.config, overrides))
     mesh = cc.topology_mesh(dict(rc.parallel.mesh_shape), cc.topology_devices(args.topology))
-    cfg, source = cc.run_model_config(rc)
-    if args.layers:
-        cfg = cfg.replace(num_hidden_layers=args.layers)
+    cfg, source = cc.proxy_depth(*cc.run_model_config(rc), args.layers)
     _, info = cc.step_executables(rc, cfg, mesh)
-    sh = info["shapes"]
-    p = plan(cfg, {a: int(v) for a, v in mesh.shape.items()},
-             BatchSettings(sh["train_rows"], sh["train_length"], sh["prompts"] * sh["samples"],
-                           sh["sample_prompt_len"] + sh["new_tokens"], sh["micro_batches"], rc.rl.logprob_chunk,
-                           info["scored"]))
+    p = cc.step_plan(rc, cfg, {a: int(v) for a, v in mesh.shape.items()}, info)
     out = {"config": os.path.basename(args.config), "topology": args.topology, "overrides": overrides,
            "model": source, "layers": cfg.num_hidden_layers, "mesh": dict(mesh.shape),
            "GiB": {"params + optimizer state": (p.params + p.optimizer_state) / GiB,

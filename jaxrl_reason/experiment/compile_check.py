@@ -198,6 +198,16 @@ def run_model_config(rc):
     return cfg.replace(remat=cfg.remat or m.remat, decode_weights=m.decode_weights), source
 
 
+def proxy_depth(cfg, source: str, layers: Optional[int]):
+    """(cfg, source) with `layers` decoder layers, the rest of the model's shape kept (None: as it is): the proxy
+    `compile_tpu.py --layers` compiles and `plan_step.py --layers` plans."""
+    if layers is None:
+        return cfg, source
+    if layers <= 0:
+        raise CompileCheckError(f"--layers={layers}: the proxy needs at least one decoder layer")
+    return cfg.replace(num_hidden_layers=int(layers)), f"{source}, {layers} layers"
+
+
 @dataclasses.dataclass(frozen=True)
 class StepShapes:
     """The shapes one RL step runs at (see the module docstring for where each comes from)."""
@@ -438,7 +448,8 @@ def step_executables(rc, cfg, mesh, *, rules=None) -> tuple[list[Executable], di
                                      crit_tokens, o_bytes + ref_bytes)
         guided_prompt = power_of_two(shapes.sample_prompt_len + crit_tokens)
         exes += _sampler_executables("guided", graphdef, params, mesh, cfg, guided_prompts, method.guided_samples,
-                                     guided_prompt, method.guided_max_new_tokens or shapes.new_tokens, o_bytes + ref_bytes)
+                                     guided_prompt, method.guided_max_new_tokens or shapes.new_tokens,
+                                     o_bytes + ref_bytes)
     if "correct" in parts:
         corr_prompt = power_of_two(shapes.sample_prompt_len + shapes.new_tokens)
         replay = method.replay_prompts or q
@@ -546,11 +557,7 @@ def run_check(rc, topology: str, *, hbm_gb: Optional[float] = None, only: Option
 
     devices = topology_devices(topology)
     mesh = topology_mesh(dict(rc.parallel.mesh_shape), devices)
-    cfg, source = run_model_config(rc)
-    if layers is not None:
-        if layers <= 0:
-            raise CompileCheckError(f"--layers={layers}: the proxy needs at least one decoder layer")
-        cfg, source = cfg.replace(num_hidden_layers=int(layers)), f"{source}, {layers} layers"
+    cfg, source = proxy_depth(*run_model_config(rc), layers)
     chip = chip_for(devices[0].device_kind)
     hbm_gib = hbm_gb if hbm_gb is not None else (chip.hbm_gib if chip else None)
     if hbm_gib is None:
@@ -592,19 +599,24 @@ def run_check(rc, topology: str, *, hbm_gb: Optional[float] = None, only: Option
     return res
 
 
+def step_plan(rc, cfg, mesh_sizes: dict, info: dict):
+    """`parallel.memory.plan` of one step at the model, mesh and batch `step_executables` compiles (its `info`)."""
+    from jaxrl_reason.parallel.memory import BatchSettings, plan
+
+    sh = info["shapes"]
+    return plan(cfg, mesh_sizes, BatchSettings(sh["train_rows"], sh["train_length"], sh["prompts"] * sh["samples"],
+                                               sh["sample_prompt_len"] + sh["new_tokens"], sh["micro_batches"],
+                                               rc.rl.logprob_chunk, info["scored"]))
+
+
 def planner_vs_compiler(rc, cfg, mesh_sizes: dict, res: dict) -> list[dict]:
     """`parallel.memory.plan` for the same model, mesh and batch beside the compiler's bytes, component by
     component (per device): params + optimizer state (the update's arguments less its batch), gradients +
     activations (the update's temporaries), the KV cache (the rollout decode's arguments less the params) and the
     sampler's temporaries, and the peak. Components whose executable was not compiled are left out."""
-    from jaxrl_reason.parallel.memory import BatchSettings, plan
-
     m = res["meta"]
-    sh = m["shapes"]
     rows = {r["name"]: r for r in res["executables"] if r.get("memory")}
-    p = plan(cfg, mesh_sizes, BatchSettings(sh["train_rows"], sh["train_length"], sh["prompts"] * sh["samples"],
-                                            sh["sample_prompt_len"] + sh["new_tokens"], sh["micro_batches"],
-                                            rc.rl.logprob_chunk, m["scored"]))
+    p = step_plan(rc, cfg, mesh_sizes, m)
     out = []
     upd, dec = rows.get("update"), rows.get("rollout decode")
     refused = next((r for r in res["executables"] if r["name"] == "update" and r.get("refused_temp_bytes")), None)
